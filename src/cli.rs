@@ -1,0 +1,240 @@
+//! Command-line flags. Every flag is checked here, before anything connects,
+//! so a typo costs one clear line instead of a confusing failure later.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// Watches pods and logs onAdd, onUpdate and onDelete for each change: a
+/// small Kubernetes controller to learn from (watch -> cache -> work queue ->
+/// worker).
+#[derive(Parser, Debug)]
+#[command(name = "demo-controller", version, max_term_width = 100)]
+pub struct Args {
+    /// Watch pods in this namespace only [default: all namespaces]
+    #[arg(short = 'n', long, value_name = "NS", value_parser = parse_namespace)]
+    pub namespace: Option<String>,
+
+    /// Watch only pods whose labels match this selector (e.g. app=web,tier!=db)
+    #[arg(short = 'l', long, value_name = "SELECTOR", value_parser = parse_selector)]
+    pub selector: Option<String>,
+
+    /// Queue every cached pod again this often (30s, 5m, 1h; 0 disables). It
+    /// catches anything missed; pods that did not change log nothing
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub resync: Duration,
+
+    /// Number of workers processing the queue in parallel (1-64)
+    #[arg(long, value_name = "N", default_value_t = 2, allow_hyphen_values = true, value_parser = parse_workers)]
+    pub workers: usize,
+
+    /// Do not log onAdd for the pods that already exist at start-up
+    #[arg(long)]
+    pub skip_existing: bool,
+
+    /// Log format: text for people, json (one object per line) for machines
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Path to a kubeconfig file [default: $KUBECONFIG, in-cluster config in a pod, else ~/.kube/config]
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context to use [default: its current-context]
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+
+    /// Serve /readyz and /healthz on this address (0 turns them off)
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081", value_parser = parse_addr)]
+    pub probe_addr: Listen,
+
+    /// Serve Prometheus /metrics on this address (0 turns it off)
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080", value_parser = parse_addr)]
+    pub metrics_addr: Listen,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Args {
+    /// Parses the command line. `--help` and `--version` print and exit 0; a
+    /// bad flag prints one line with the fix and exits 2 (the usual code for
+    /// a usage error), never a panic.
+    pub fn parse_or_exit() -> Args {
+        Args::try_parse().unwrap_or_else(|err| {
+            use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
+            if matches!(err.kind(), DisplayHelp | DisplayVersion) {
+                err.exit();
+            }
+            // clap's first line names the problem; its tips and usage follow
+            // on more lines, which we replace by a pointer to --help.
+            let rendered = err.to_string();
+            let first = rendered.lines().next().unwrap_or("error: invalid arguments");
+            eprintln!("{first} (see demo-controller --help)");
+            std::process::exit(2);
+        })
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|_| "expected a duration such as 30s, 5m or 1h (0 disables)".to_string())
+}
+
+fn parse_workers(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n @ 1..=64) => Ok(n),
+        _ => Err("expected a whole number from 1 to 64".to_string()),
+    }
+}
+
+/// A namespace name is a DNS label (RFC 1123): lower-case letters, digits and
+/// '-', starting and ending with a letter or digit, at most 63 characters.
+fn parse_namespace(s: &str) -> Result<String, String> {
+    let valid = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if valid {
+        Ok(s.to_string())
+    } else {
+        Err("a namespace is a DNS label: lower-case letters, digits and '-', at most 63 characters".to_string())
+    }
+}
+
+/// A light check that catches the common slips before connecting; the API
+/// server parses the selector for real at start-up (see client.rs).
+fn parse_selector(s: &str) -> Result<String, String> {
+    let balanced = s.matches('(').count() == s.matches(')').count();
+    if s.trim().is_empty() || !balanced || s.split(',').any(|part| part.trim().is_empty() && !s.contains('(')) {
+        return Err("expected a label selector such as app=web, tier!=db or 'env in (prod,staging)'".to_string());
+    }
+    Ok(s.to_string())
+}
+
+/// Where a small HTTP server listens, or `None` when it is turned off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listen(pub Option<std::net::SocketAddr>);
+
+/// `0` turns a server off; anything else must be IP:PORT.
+fn parse_addr(s: &str) -> Result<Listen, String> {
+    if s == "0" {
+        return Ok(Listen(None));
+    }
+    s.parse()
+        .map(|a| Listen(Some(a)))
+        .map_err(|_| "expected IP:PORT such as 0.0.0.0:8080, or 0 to turn it off".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Args, String> {
+        let argv = std::iter::once("demo-controller").chain(args.iter().copied());
+        Args::try_parse_from(argv).map_err(|e| e.to_string().lines().next().unwrap_or_default().to_string())
+    }
+
+    #[test]
+    fn defaults() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.resync, Duration::from_secs(300));
+        assert_eq!(a.workers, 2);
+        assert_eq!(a.log_format, LogFormat::Text);
+        assert!(a.namespace.is_none() && a.selector.is_none() && !a.skip_existing);
+        assert_eq!(a.probe_addr, Listen(Some("0.0.0.0:8081".parse().unwrap())));
+        assert_eq!(a.metrics_addr, Listen(Some("0.0.0.0:8080".parse().unwrap())));
+    }
+
+    #[test]
+    fn every_flag_parses() {
+        let a = parse(&[
+            "-n",
+            "kube-system",
+            "-l",
+            "app=web",
+            "--resync",
+            "30s",
+            "--workers",
+            "4",
+            "--skip-existing",
+            "--log-format",
+            "json",
+            "--kubeconfig",
+            "/k",
+            "--context",
+            "c",
+            "--probe-addr",
+            "0",
+            "--metrics-addr",
+            "127.0.0.1:9000",
+        ])
+        .unwrap();
+        assert_eq!(a.namespace.as_deref(), Some("kube-system"));
+        assert_eq!(a.selector.as_deref(), Some("app=web"));
+        assert_eq!(a.resync, Duration::from_secs(30));
+        assert_eq!(a.workers, 4);
+        assert!(a.skip_existing);
+        assert_eq!(a.log_format, LogFormat::Json);
+        assert_eq!(a.probe_addr, Listen(None));
+        assert_eq!(a.metrics_addr, Listen(Some("127.0.0.1:9000".parse().unwrap())));
+        assert_eq!(parse(&["--resync", "0"]).unwrap().resync, Duration::ZERO);
+    }
+
+    #[test]
+    fn bad_values_name_the_flag_and_the_fix() {
+        assert_eq!(
+            parse(&["--resync", "soon"]).unwrap_err(),
+            "error: invalid value 'soon' for '--resync <DURATION>': expected a duration such as 30s, 5m or 1h (0 disables)"
+        );
+        assert_eq!(
+            parse(&["--workers", "-1"]).unwrap_err(),
+            "error: invalid value '-1' for '--workers <N>': expected a whole number from 1 to 64"
+        );
+        assert_eq!(
+            parse(&["-n", "Bad_NS"]).unwrap_err(),
+            "error: invalid value 'Bad_NS' for '--namespace <NS>': a namespace is a DNS label: lower-case letters, digits and '-', at most 63 characters"
+        );
+        assert_eq!(
+            parse(&["--frobnicate"]).unwrap_err(),
+            "error: unexpected argument '--frobnicate' found"
+        );
+        assert!(
+            parse(&["-l", "app in (a,b"])
+                .unwrap_err()
+                .contains("expected a label selector")
+        );
+        assert!(
+            parse(&["--log-format", "xml"])
+                .unwrap_err()
+                .contains("invalid value 'xml' for '--log-format <FORMAT>'")
+        );
+    }
+
+    #[test]
+    fn help_documents_every_flag() {
+        let help = Args::command().render_long_help().to_string();
+        for flag in [
+            "--namespace",
+            "--selector",
+            "--resync",
+            "--workers",
+            "--skip-existing",
+            "--log-format",
+            "--kubeconfig",
+            "--context",
+            "--probe-addr",
+            "--metrics-addr",
+            "--help",
+            "--version",
+        ] {
+            assert!(help.contains(flag), "--help lacks {flag}");
+        }
+    }
+}

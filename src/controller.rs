@@ -1,0 +1,181 @@
+//! The controller: wires informer -> queue -> workers, in the shape of
+//! kubernetes/sample-controller (`Run`, `runWorker`, `processNextWorkItem`,
+//! `syncHandler`), so a Go controller author finds each piece where expected.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::watcher;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::faults::Faults;
+use crate::informer::{self, Cache, Key};
+use crate::queue::Queue;
+use crate::worker::Worker;
+
+/// A key that fails this many syncs in a row is dropped (client-go's
+/// `maxRetries` in kubewatch and sample-controller). Without a limit one
+/// broken key would be retried forever.
+pub const MAX_ATTEMPTS: u32 = 5;
+
+/// How long shutdown waits for the workers to drain the queue before it gives
+/// up on what is left. Kubernetes kills a pod 30 s after SIGTERM by default;
+/// exiting well before that keeps our last log line ours.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct Settings {
+    pub workers: usize,
+    /// Every `resync`, every key in the cache is queued again (`None`: never).
+    pub resync: Option<Duration>,
+    pub skip_existing: bool,
+    /// The test seam (see faults.rs); empty in normal runs.
+    pub faults: Faults,
+}
+
+pub struct Controller {
+    api: Api<Pod>,
+    watch: watcher::Config,
+    cache: Arc<Cache>,
+    queue: Arc<Queue<Key>>,
+    worker: Worker,
+    settings: Settings,
+}
+
+impl Controller {
+    pub fn new(api: Api<Pod>, watch: watcher::Config, settings: Settings) -> Arc<Controller> {
+        let cache = Cache::new();
+        let worker = Worker::new(cache.clone(), settings.skip_existing);
+        Arc::new(Controller {
+            api,
+            watch,
+            cache,
+            queue: Queue::new(),
+            worker,
+            settings,
+        })
+    }
+
+    /// Runs until `shutdown` is cancelled, then drains and returns.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        // 1. Start the informer. Nothing is listed or watched until its future
+        //    is polled, so it gets a task of its own.
+        let informer = tokio::spawn(informer::run(
+            self.api.clone(),
+            self.watch.clone(),
+            self.cache.clone(),
+            self.queue.clone(),
+            shutdown.clone(),
+        ));
+
+        // 2. WaitForCacheSync: a worker that starts before the first full list
+        //    is in would log every existing pod as missing (or not at all).
+        //    This waits forever if the list keeps failing; the informer logs
+        //    why at every retry, so the wait is never silent.
+        info!("waiting for the first list of pods (cache sync)");
+        let started = Instant::now();
+        tokio::select! {
+            _ = self.cache.store().wait_until_ready() => {}
+            _ = shutdown.cancelled() => {
+                let _ = informer.await;
+                info!(processed = 0, dropped = 0, "shutdown complete (before the cache synced)");
+                return;
+            }
+        }
+        info!(
+            pods = self.cache.store().len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "cache synced"
+        );
+
+        // 3. The resync timer and the workers.
+        if let Some(period) = self.settings.resync {
+            tokio::spawn(self.clone().resync(period, shutdown.clone()));
+        }
+        let mut workers = JoinSet::new();
+        for _ in 0..self.settings.workers {
+            workers.spawn(self.clone().run_worker());
+        }
+        info!(workers = self.settings.workers, "workers started");
+
+        // 4. Shutdown: stop the watch first (no new keys), then close the
+        //    queue and let the workers finish what it holds.
+        shutdown.cancelled().await;
+        let _ = informer.await;
+        let queued = self.queue.len();
+        info!(queued, "shutting down: watch stopped, draining the queue");
+        self.queue.shut_down();
+        let drained = tokio::time::timeout(DRAIN_TIMEOUT, async { while workers.join_next().await.is_some() {} }).await;
+        match drained {
+            Ok(()) => info!(left = 0, "shutdown complete"),
+            Err(_) => warn!(
+                left = self.queue.len(),
+                "shutdown complete: drain timed out, the rest is dropped"
+            ),
+        }
+    }
+
+    /// The resync period: queue every cached key again, so a change we
+    /// somehow missed is caught at the latest one period later. The worker
+    /// compares resourceVersions, so an unchanged pod logs nothing.
+    async fn resync(self: Arc<Self>, period: Duration, shutdown: CancellationToken) {
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = ticker.tick() => {}
+            }
+            let pods = self.cache.store().state();
+            debug!(pods = pods.len(), "resync: queueing every cached pod");
+            for pod in pods {
+                self.queue.add(Key::of(&pod));
+            }
+        }
+    }
+
+    /// runWorker: process keys until the queue is shut down and empty.
+    async fn run_worker(self: Arc<Self>) {
+        while self.process_next_work_item().await {}
+    }
+
+    /// processNextWorkItem: take one key, sync it, and tell the queue how it
+    /// went. Every path ends in `done`, or the key would be stuck forever.
+    async fn process_next_work_item(&self) -> bool {
+        let Some(key) = self.queue.get().await else {
+            return false;
+        };
+        match self.sync_handler(&key).await {
+            // Forget: the key's failure count starts over next time.
+            Ok(()) => self.queue.forget(&key),
+            Err(err) => {
+                let attempts = self.queue.num_requeues(&key) + 1;
+                if attempts < MAX_ATTEMPTS {
+                    warn!(%key, attempts, "sync failed, retrying with backoff: {err}");
+                    self.queue.add_rate_limited(key.clone());
+                } else {
+                    error!(%key, attempts, "dropping {key} from the queue after {attempts} failed syncs: {err}");
+                    self.queue.forget(&key);
+                }
+            }
+        }
+        self.queue.done(&key);
+        true
+    }
+
+    /// syncHandler: the worker's decision for one key (see worker.rs).
+    async fn sync_handler(&self, key: &Key) -> Result<(), SyncError> {
+        self.settings.faults.inject(key).await?;
+        self.worker.sync(key);
+        Ok(())
+    }
+}
+
+/// Why a sync failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("{0}")]
+    Injected(String),
+}

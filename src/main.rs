@@ -1,0 +1,124 @@
+//! demo-controller: a Kubernetes pod event logger to learn controllers from.
+//!
+//! The path of one pod change, file by file:
+//!
+//! ```text
+//! main.rs        flags, client, signals; starts the controller
+//! controller.rs  Run: informer, wait for cache sync, resync, workers,
+//!                processNextWorkItem, shutdown
+//! informer.rs    watch -> prune -> cache (Store) -> `namespace/name` keys
+//! queue.rs       the de-duplicating, rate-limited work queue
+//! worker.rs      the sync handler: cache vs last logged -> onAdd/onUpdate/onDelete
+//! ```
+
+mod cli;
+mod client;
+mod controller;
+mod faults;
+mod informer;
+mod queue;
+mod worker;
+
+use std::process::ExitCode;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::watcher;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::{Args, LogFormat};
+use crate::controller::{Controller, Settings};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse_or_exit();
+    init_logging(args.log_format);
+    let shutdown = CancellationToken::new();
+    tokio::spawn(handle_signals(shutdown.clone()));
+
+    // Fatal start-up problems (no kubeconfig, unknown context, server not
+    // there) get one line on stderr and exit code 1.
+    let client = match client::connect(args.kubeconfig.clone(), args.context.clone()).await {
+        Ok(client) => client,
+        Err(err) => return fatal(err),
+    };
+    let api: Api<Pod> = match &args.namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    };
+    let mut watch = watcher::Config::default();
+    if let Some(selector) = &args.selector {
+        if let Err(err) = client::check_selector(&api, selector).await {
+            return fatal(err);
+        }
+        watch = watch.labels(selector);
+    }
+
+    let faults = match faults::Faults::from_env() {
+        Ok(faults) => faults,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let settings = Settings {
+        workers: args.workers,
+        resync: Some(args.resync).filter(|d| !d.is_zero()),
+        skip_existing: args.skip_existing,
+        faults,
+    };
+    info!(
+        namespace = args.namespace.as_deref().unwrap_or("<all>"),
+        selector = args.selector.as_deref().unwrap_or(""),
+        resync = ?settings.resync,
+        workers = settings.workers,
+        "demo-controller starting"
+    );
+    Controller::new(api, watch, settings).run(shutdown).await;
+    ExitCode::SUCCESS
+}
+
+fn fatal(err: client::ClientError) -> ExitCode {
+    eprintln!("error: {err}");
+    ExitCode::FAILURE
+}
+
+/// Logs go to stdout. `RUST_LOG` overrides the default: our own lines at info
+/// and the libraries' at warn, so the lesson is not drowned in HTTP chatter.
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,demo_controller=info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+/// SIGINT or SIGTERM starts a graceful shutdown; a second one exits at once
+/// (for when you do not want to wait for the drain). The handlers are
+/// installed once, at start-up, so no signal falls between two of them.
+async fn handle_signals(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        warn!("cannot install signal handlers: stop demo-controller with SIGKILL");
+        return;
+    };
+    for round in 0..2 {
+        let name = tokio::select! {
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+        };
+        if round == 0 {
+            info!(
+                signal = name,
+                "received {name}: shutting down (send it again to exit at once)"
+            );
+            shutdown.cancel();
+        } else {
+            warn!(signal = name, "received {name} again: exiting at once");
+            std::process::exit(130);
+        }
+    }
+}
