@@ -45,6 +45,10 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
 
+    /// /healthz fails when a worker is stuck on one key for longer than this
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub stuck_after: Duration,
+
     /// Serve /readyz and /healthz on this address (0 turns them off)
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081", value_parser = parse_addr)]
     pub probe_addr: Listen,
@@ -174,6 +178,8 @@ mod tests {
             "0",
             "--metrics-addr",
             "127.0.0.1:9000",
+            "--stuck-after",
+            "90s",
         ])
         .unwrap();
         assert_eq!(a.namespace.as_deref(), Some("kube-system"));
@@ -183,6 +189,7 @@ mod tests {
         assert!(a.skip_existing);
         assert_eq!(a.log_format, LogFormat::Json);
         assert_eq!(a.probe_addr, Listen(None));
+        assert_eq!(a.stuck_after, Duration::from_secs(90));
         assert_eq!(a.metrics_addr, Listen(Some("127.0.0.1:9000".parse().unwrap())));
         assert_eq!(parse(&["--resync", "0"]).unwrap().resync, Duration::ZERO);
     }
@@ -231,6 +238,7 @@ mod tests {
             "--context",
             "--probe-addr",
             "--metrics-addr",
+            "--stuck-after",
             "--help",
             "--version",
         ] {

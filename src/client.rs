@@ -170,12 +170,13 @@ fn hint(reason: &str) -> &'static str {
 }
 
 /// An error and its sources on one line, without the repetition that nested
-/// error messages often carry.
+/// error messages often carry, nor the multi-line excerpts some parsers add.
 pub fn chain(error: &dyn StdError) -> String {
-    let mut line = error.to_string();
+    let first_line = |e: &dyn StdError| e.to_string().lines().next().unwrap_or_default().to_string();
+    let mut line = first_line(error);
     let mut source = error.source();
     while let Some(e) = source {
-        let text = e.to_string();
+        let text = first_line(e);
         if !line.contains(&text) {
             line = format!("{line}: {text}");
         }

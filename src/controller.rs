@@ -16,6 +16,7 @@ use crate::faults::Faults;
 use crate::informer::{self, Cache, Key};
 use crate::queue::Queue;
 use crate::worker::Worker;
+use crate::{metrics, probes};
 
 /// A key that fails this many syncs in a row is dropped (client-go's
 /// `maxRetries` in kubewatch and sample-controller). Without a limit one
@@ -46,6 +47,11 @@ pub struct Controller {
 }
 
 impl Controller {
+    /// The work queue, for the probes and the metrics.
+    pub fn queue(&self) -> Arc<Queue<Key>> {
+        self.queue.clone()
+    }
+
     pub fn new(api: Api<Pod>, watch: watcher::Config, settings: Settings) -> Arc<Controller> {
         let cache = Cache::new();
         let worker = Worker::new(cache.clone(), settings.skip_existing);
@@ -53,7 +59,7 @@ impl Controller {
             api,
             watch,
             cache,
-            queue: Queue::new(),
+            queue: Queue::new("pods"),
             worker,
             settings,
         })
@@ -90,6 +96,7 @@ impl Controller {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "cache synced"
         );
+        probes::synced();
 
         // 3. The resync timer and the workers.
         if let Some(period) = self.settings.resync {
@@ -104,6 +111,7 @@ impl Controller {
         // 4. Shutdown: stop the watch first (no new keys), then close the
         //    queue and let the workers finish what it holds.
         shutdown.cancelled().await;
+        probes::shutting_down();
         let _ = informer.await;
         let queued = self.queue.len();
         info!(queued, "shutting down: watch stopped, draining the queue");
@@ -130,6 +138,7 @@ impl Controller {
             }
             let pods = self.cache.store().state();
             debug!(pods = pods.len(), "resync: queueing every cached pod");
+            metrics::resynced();
             for pod in pods {
                 self.queue.add(Key::of(&pod));
             }
@@ -138,6 +147,7 @@ impl Controller {
 
     /// runWorker: process keys until the queue is shut down and empty.
     async fn run_worker(self: Arc<Self>) {
+        let _running = probes::worker_running(); // for /healthz, until we return
         while self.process_next_work_item().await {}
     }
 

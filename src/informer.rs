@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::queue::Queue;
+use crate::{metrics, probes};
 
 /// What the queue carries: a pod's namespace and name, printed `namespace/name`
 /// like client-go's `MetaNamespaceKeyFunc`. (kube's `ObjectRef` prints
@@ -136,6 +137,7 @@ impl Cache {
                         inner.tombstones.entry(key).or_default().push(old);
                     }
                 }
+                metrics::relisted();
                 if !inner.synced {
                     inner.synced = true;
                     inner.initial = now.values().flatten().cloned().collect();
@@ -219,6 +221,7 @@ pub async fn run(
     queue: Arc<Queue<Key>>,
     shutdown: CancellationToken,
 ) {
+    let _running = probes::watch_running(); // for /healthz, until we return
     let mut events = std::pin::pin!(watcher::watcher(api, config));
     let mut backoff = Backoff::default();
     loop {
@@ -231,14 +234,18 @@ pub async fn run(
                 // Only real progress proves the server works again.
                 if matches!(event, Event::Apply(_) | Event::Delete(_) | Event::InitDone) {
                     backoff.reset();
+                    probes::watch_error(None);
                 }
                 for key in cache.apply(event.modify(prune)) {
                     queue.add(key);
                 }
+                metrics::cache_pods(cache.store().len());
             }
             Some(Err(error)) => {
-                let delay = backoff.next_delay();
-                warn!(retry_in = ?delay, "watch failed: {}; retrying in {delay:?}", describe(&error));
+                let (delay, reason) = (backoff.next_delay(), describe(&error));
+                warn!(retry_in = ?delay, "watch failed: {reason}; retrying in {delay:?}");
+                metrics::watch_error();
+                probes::watch_error(Some(reason));
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(delay) => {}

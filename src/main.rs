@@ -16,6 +16,8 @@ mod client;
 mod controller;
 mod faults;
 mod informer;
+mod metrics;
+mod probes;
 mod queue;
 mod worker;
 
@@ -76,7 +78,19 @@ async fn main() -> ExitCode {
         workers = settings.workers,
         "demo-controller starting"
     );
-    Controller::new(api, watch, settings).run(shutdown).await;
+    let controller = Controller::new(api, watch, settings);
+    if let Err(err) = probes::serve(
+        args.probe_addr.0,
+        args.metrics_addr.0,
+        controller.queue(),
+        args.stuck_after,
+    )
+    .await
+    {
+        eprintln!("error: {err}");
+        return ExitCode::FAILURE;
+    }
+    controller.run(shutdown).await;
     ExitCode::SUCCESS
 }
 

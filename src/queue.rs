@@ -17,12 +17,14 @@
 //! the time a worker got to it, while a key makes the worker look up the newest
 //! state in the cache.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
+
+use crate::metrics::QueueMetrics;
 
 /// First retry delay of a failed key; it doubles on every further failure.
 /// The same numbers as client-go's `DefaultItemBasedRateLimiter`.
@@ -39,32 +41,38 @@ pub struct Queue<T> {
     /// Wakes workers parked in `get`. `Notify` remembers a wake-up that comes
     /// before anyone waits, so an `add` racing a `get` is never lost.
     notify: Notify,
+    /// client-go's workqueue metrics (see metrics.rs); recording is a few
+    /// atomic operations, so it happens right where things change.
+    metrics: QueueMetrics,
 }
 
 struct State<T> {
     /// Keys waiting for a worker, in order. Every key here is also in `dirty`.
     queue: VecDeque<T>,
     /// Keys that need processing: the waiting ones, plus keys added again while
-    /// a worker held them. A key in `dirty` is never queued twice.
-    dirty: HashSet<T>,
-    /// Keys a worker holds right now (between `get` and `done`).
-    processing: HashSet<T>,
+    /// a worker held them. A key in `dirty` is never queued twice. The value
+    /// is when it became dirty (for the queue-duration metric).
+    dirty: HashMap<T, Instant>,
+    /// Keys a worker holds right now (between `get` and `done`), and since when.
+    processing: HashMap<T, Instant>,
     /// Failures per key since its last `forget`: drives the backoff.
     failures: HashMap<T, u32>,
     shutting_down: bool,
 }
 
 impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
-    pub fn new() -> Arc<Self> {
+    /// `name` labels the queue's metrics, like client-go's named queues.
+    pub fn new(name: &str) -> Arc<Self> {
         Arc::new(Queue {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
-                dirty: HashSet::new(),
-                processing: HashSet::new(),
+                dirty: HashMap::new(),
+                processing: HashMap::new(),
                 failures: HashMap::new(),
                 shutting_down: false,
             }),
             notify: Notify::new(),
+            metrics: QueueMetrics::new(name),
         })
     }
 
@@ -79,14 +87,16 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// (false: already waiting, held by a worker, or shutting down).
     pub fn add(&self, key: T) -> bool {
         let mut state = self.lock();
-        if state.shutting_down || !state.dirty.insert(key.clone()) {
+        if state.shutting_down || state.dirty.contains_key(&key) {
             return false;
         }
+        state.dirty.insert(key.clone(), Instant::now());
         // A key a worker holds stays only in `dirty`; `done` queues it again.
-        if state.processing.contains(&key) {
+        if state.processing.contains_key(&key) {
             return false;
         }
         state.queue.push_back(key);
+        self.metrics.added(state.queue.len());
         drop(state);
         self.notify.notify_one();
         true
@@ -104,8 +114,10 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
             {
                 let mut state = self.lock();
                 if let Some(key) = state.queue.pop_front() {
-                    state.dirty.remove(&key);
-                    state.processing.insert(key.clone());
+                    let now = Instant::now();
+                    let since = state.dirty.remove(&key).unwrap_or(now);
+                    state.processing.insert(key.clone(), now);
+                    self.metrics.started(now - since, state.queue.len());
                     return Some(key);
                 }
                 if state.shutting_down {
@@ -121,9 +133,12 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// every later change to that pod would be silently parked.
     pub fn done(&self, key: &T) {
         let mut state = self.lock();
-        state.processing.remove(key);
-        if state.dirty.contains(key) {
+        if let Some(since) = state.processing.remove(key) {
+            self.metrics.finished(since.elapsed());
+        }
+        if state.dirty.contains_key(key) {
             state.queue.push_back(key.clone());
+            self.metrics.added(state.queue.len());
             drop(state);
             self.notify.notify_one();
         }
@@ -137,6 +152,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
             *failures += 1;
             backoff(*failures)
         };
+        self.metrics.retried();
         // One sleeping task per retry keeps the queue simple; after shutdown
         // its `add` is a no-op, so a pending retry never blocks exit.
         let queue = Arc::clone(self);
@@ -168,6 +184,20 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     pub fn len(&self) -> usize {
         self.lock().queue.len()
     }
+
+    /// The keys workers hold right now, and for how long: for the liveness
+    /// probe (a stuck worker) and the unfinished-work metrics.
+    pub fn in_flight(&self) -> Vec<(T, Duration)> {
+        let in_flight: Vec<(T, Duration)> = self
+            .lock()
+            .processing
+            .iter()
+            .map(|(key, since)| (key.clone(), since.elapsed()))
+            .collect();
+        let running: Vec<Duration> = in_flight.iter().map(|(_, d)| *d).collect();
+        self.metrics.in_flight(&running);
+        in_flight
+    }
 }
 
 /// The delay before retry number `failures` (1-based): 5 ms * 2^(failures-1),
@@ -180,12 +210,13 @@ pub fn backoff(failures: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
     use std::time::Duration;
     use tokio::time::timeout;
 
     #[tokio::test]
     async fn a_waiting_key_is_not_added_twice() {
-        let q = Queue::new();
+        let q = Queue::new("test");
         assert!(q.add("a"));
         assert!(!q.add("a"));
         assert!(q.add("b"));
@@ -197,7 +228,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_key_added_while_processing_comes_back_after_done() {
-        let q = Queue::new();
+        let q = Queue::new("test");
         q.add("a");
         let key = q.get().await.unwrap();
         // Added again while held: parked, not handed out.
@@ -214,7 +245,7 @@ mod tests {
 
     #[tokio::test]
     async fn done_without_a_new_add_does_not_requeue() {
-        let q = Queue::new();
+        let q = Queue::new("test");
         q.add("a");
         let key = q.get().await.unwrap();
         q.done(&key);
@@ -225,7 +256,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn two_workers_never_hold_one_key_at_once() {
-        let q = Queue::new();
+        let q = Queue::new("test");
         let held = Arc::new(Mutex::new(HashSet::new()));
         let overlaps = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let processed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -261,7 +292,7 @@ mod tests {
     async fn no_lost_wakeup_when_add_races_get() {
         // A worker parks in `get`, then keys arrive one at a time from another
         // thread: every key must be delivered without a further nudge.
-        let q = Queue::new();
+        let q = Queue::new("test");
         let consumer = {
             let q = q.clone();
             tokio::spawn(async move {
@@ -295,7 +326,7 @@ mod tests {
 
     #[tokio::test]
     async fn shutdown_stops_intake_and_drains_what_was_queued() {
-        let q = Queue::new();
+        let q = Queue::new("test");
         q.add("a");
         q.add("b");
         q.shut_down();
@@ -307,7 +338,7 @@ mod tests {
 
     #[tokio::test]
     async fn shutdown_wakes_a_parked_worker() {
-        let q: Arc<Queue<&str>> = Queue::new();
+        let q: Arc<Queue<&str>> = Queue::new("test");
         let worker = {
             let q = q.clone();
             tokio::spawn(async move { q.get().await })
@@ -330,7 +361,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn add_rate_limited_waits_the_backoff_and_forget_resets_it() {
-        let q = Queue::new();
+        let q = Queue::new("test");
         q.add_rate_limited("a");
         q.add_rate_limited("a");
         assert_eq!(q.num_requeues(&"a"), 2);
@@ -347,9 +378,36 @@ mod tests {
         assert_eq!(q.num_requeues(&"a"), 1);
     }
 
+    #[tokio::test]
+    async fn metrics_follow_the_bookkeeping() {
+        use crate::metrics::tests::sample;
+        let q = Queue::new("metrics-test");
+        let series = |m: &str| sample(&format!("{m}{{name=\"metrics-test\"}}")).unwrap_or(-1.0);
+        q.add("a");
+        q.add("a"); // deduplicated: not an add
+        q.add("b");
+        assert_eq!(series("workqueue_adds_total"), 2.0);
+        assert_eq!(series("workqueue_depth"), 2.0);
+        let a = q.get().await.unwrap();
+        assert_eq!(series("workqueue_depth"), 1.0);
+        assert_eq!(series("workqueue_queue_duration_seconds_count"), 1.0);
+        assert_eq!(q.in_flight().iter().map(|(k, _)| *k).collect::<Vec<_>>(), vec!["a"]);
+        assert!(series("workqueue_longest_running_processor_seconds") >= 0.0);
+        q.add("a"); // parked while processing: counted when it is queued again
+        assert_eq!(series("workqueue_adds_total"), 2.0);
+        q.done(&a);
+        assert_eq!(series("workqueue_work_duration_seconds_count"), 1.0);
+        assert_eq!(series("workqueue_adds_total"), 3.0);
+        assert_eq!(series("workqueue_depth"), 2.0);
+        q.add_rate_limited("c");
+        assert_eq!(series("workqueue_retries_total"), 1.0);
+        assert!(q.in_flight().is_empty());
+        assert_eq!(series("workqueue_unfinished_work_seconds"), 0.0);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_retry_after_shutdown_is_dropped() {
-        let q = Queue::new();
+        let q = Queue::new("test");
         q.add_rate_limited("a");
         q.shut_down();
         tokio::time::sleep(Duration::from_millis(10)).await;

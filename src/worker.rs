@@ -28,6 +28,9 @@ pub struct PodState {
     pub containers: usize,
     pub restarts: i64,
     pub labels: BTreeMap<String, String>,
+    /// `deletionTimestamp` is set: the pod is being deleted (kubectl's
+    /// "Terminating"); the API server removes it once its containers stopped.
+    pub terminating: bool,
 }
 
 impl PodState {
@@ -43,12 +46,16 @@ impl PodState {
             containers: containers.len(),
             restarts: containers.iter().map(|c| i64::from(c.restart_count)).sum(),
             labels: pod.labels().clone(),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
         }
     }
 
     /// What changed from `self` to `new`, for the onUpdate line.
     pub fn diff(&self, new: &PodState) -> String {
         let mut changes = Vec::new();
+        if new.terminating && !self.terminating {
+            changes.push("terminating".to_string());
+        }
         if self.phase != new.phase {
             changes.push(format!("phase {} -> {}", self.phase, new.phase));
         }
@@ -185,6 +192,11 @@ impl Worker {
 /// The classic line, `onAdd: default/kuard`, with structured fields.
 fn log(key: &Key, change: &Change, initial: bool) {
     let (ns, name) = (key.namespace.as_str(), key.name.as_str());
+    crate::metrics::event_logged(match change {
+        Change::Add(_) => "onAdd",
+        Change::Update { .. } => "onUpdate",
+        Change::Delete(_) => "onDelete",
+    });
     match change {
         Change::Add(p) if initial => {
             info!(
@@ -318,11 +330,12 @@ mod tests {
             containers: 1,
             restarts: 2,
             labels: [("app".into(), "b".into()), ("tier".into(), "web".into())].into(),
+            terminating: true,
             ..Default::default()
         };
         assert_eq!(
             old.diff(&new),
-            "phase Pending -> Running, node <none> -> n1, ready 0/1 -> 1/1, restarts 0 -> 2, label app=a -> app=b, label +tier=web, label -gone"
+            "terminating, phase Pending -> Running, node <none> -> n1, ready 0/1 -> 1/1, restarts 0 -> 2, label app=a -> app=b, label +tier=web, label -gone"
         );
         assert_eq!(old.diff(&old), "other fields");
     }

@@ -1,0 +1,212 @@
+//! Prometheus metrics, in the text format, with client-go's workqueue metric
+//! names and meanings (so existing dashboards work) plus the logger's own.
+//!
+//! The metrics live in one process-wide registry, like client-go's global
+//! metrics provider: any module records with a one-line call, and the lesson
+//! code does not have to pass a handle around.
+
+use std::sync::LazyLock;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(&'static str, String)>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+struct Metrics {
+    registry: Registry,
+    // client-go workqueue metrics, labelled name="<queue name>".
+    depth: Family<Labels, Gauge>,
+    adds: Family<Labels, Counter>,
+    retries: Family<Labels, Counter>,
+    queue_duration: Family<Labels, Histogram, fn() -> Histogram>,
+    work_duration: Family<Labels, Histogram, fn() -> Histogram>,
+    unfinished_work: Family<Labels, FloatGauge>,
+    longest_running: Family<Labels, FloatGauge>,
+    // The logger's own.
+    events: Family<Labels, Counter>,
+    watch_errors: Counter,
+    relists: Counter,
+    resyncs: Counter,
+    cache_pods: Gauge,
+}
+
+/// client-go's buckets for both durations: 10 ns to 10 s, ten per decade.
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-8, 10.0, 10))
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let mut registry = Registry::default();
+    let m = Metrics {
+        depth: Family::default(),
+        adds: Family::default(),
+        retries: Family::default(),
+        queue_duration: Family::new_with_constructor(duration_histogram),
+        work_duration: Family::new_with_constructor(duration_histogram),
+        unfinished_work: Family::default(),
+        longest_running: Family::default(),
+        events: Family::default(),
+        watch_errors: Counter::default(),
+        relists: Counter::default(),
+        resyncs: Counter::default(),
+        cache_pods: Gauge::default(),
+        registry: Registry::default(),
+    };
+    registry.register("workqueue_depth", "Current depth of workqueue", m.depth.clone());
+    registry.register(
+        "workqueue_adds",
+        "Total number of adds handled by workqueue",
+        m.adds.clone(),
+    );
+    registry.register(
+        "workqueue_retries",
+        "Total number of retries handled by workqueue",
+        m.retries.clone(),
+    );
+    registry.register(
+        "workqueue_queue_duration_seconds",
+        "How long in seconds an item stays in workqueue before being requested",
+        m.queue_duration.clone(),
+    );
+    registry.register(
+        "workqueue_work_duration_seconds",
+        "How long in seconds processing an item from workqueue takes",
+        m.work_duration.clone(),
+    );
+    registry.register(
+        "workqueue_unfinished_work_seconds",
+        "How many seconds of work has been done that is in progress and hasn't been observed by work_duration",
+        m.unfinished_work.clone(),
+    );
+    registry.register(
+        "workqueue_longest_running_processor_seconds",
+        "How many seconds has the longest running processor for workqueue been running",
+        m.longest_running.clone(),
+    );
+    registry.register(
+        "demo_controller_events",
+        "Log lines written, by kind (onAdd, onUpdate, onDelete)",
+        m.events.clone(),
+    );
+    registry.register(
+        "demo_controller_watch_errors",
+        "Watch or list errors (each is retried)",
+        m.watch_errors.clone(),
+    );
+    registry.register(
+        "demo_controller_relists",
+        "Full lists completed (the first one and every relist)",
+        m.relists.clone(),
+    );
+    registry.register(
+        "demo_controller_resyncs",
+        "Resync periods that re-queued every cached pod",
+        m.resyncs.clone(),
+    );
+    registry.register(
+        "demo_controller_cache_pods",
+        "Pods in the informer's cache",
+        m.cache_pods.clone(),
+    );
+    Metrics { registry, ..m }
+});
+
+fn name(queue: &str) -> Labels {
+    vec![("name", queue.to_string())]
+}
+
+/// The work queue's measurements, recorded by queue.rs.
+#[derive(Clone)]
+pub struct QueueMetrics {
+    labels: Labels,
+}
+
+impl QueueMetrics {
+    pub fn new(queue: &str) -> QueueMetrics {
+        QueueMetrics { labels: name(queue) }
+    }
+    pub fn added(&self, depth: usize) {
+        METRICS.adds.get_or_create(&self.labels).inc();
+        self.depth(depth);
+    }
+    pub fn started(&self, waited: Duration, depth: usize) {
+        METRICS
+            .queue_duration
+            .get_or_create(&self.labels)
+            .observe(waited.as_secs_f64());
+        self.depth(depth);
+    }
+    pub fn finished(&self, worked: Duration) {
+        METRICS
+            .work_duration
+            .get_or_create(&self.labels)
+            .observe(worked.as_secs_f64());
+    }
+    pub fn retried(&self) {
+        METRICS.retries.get_or_create(&self.labels).inc();
+    }
+    pub fn depth(&self, depth: usize) {
+        METRICS.depth.get_or_create(&self.labels).set(depth as i64);
+    }
+    /// `running`: how long each key in progress has been held.
+    pub fn in_flight(&self, running: &[Duration]) {
+        let total: f64 = running.iter().map(Duration::as_secs_f64).sum();
+        let longest = running.iter().max().copied().unwrap_or_default().as_secs_f64();
+        METRICS.unfinished_work.get_or_create(&self.labels).set(total);
+        METRICS.longest_running.get_or_create(&self.labels).set(longest);
+    }
+}
+
+pub fn event_logged(kind: &'static str) {
+    METRICS.events.get_or_create(&vec![("kind", kind.to_string())]).inc();
+}
+pub fn watch_error() {
+    METRICS.watch_errors.inc();
+}
+pub fn relisted() {
+    METRICS.relists.inc();
+}
+pub fn resynced() {
+    METRICS.resyncs.inc();
+}
+pub fn cache_pods(n: usize) {
+    METRICS.cache_pods.set(n as i64);
+}
+
+/// The whole registry in the Prometheus text format.
+pub fn render() -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut out, &METRICS.registry);
+    out
+}
+
+#[cfg(test)]
+pub mod tests {
+    /// The value of one sample line of `render()`, e.g.
+    /// `sample("workqueue_adds_total{name=\"q\"}")`.
+    pub fn sample(series: &str) -> Option<f64> {
+        super::render()
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn counters_render_with_client_go_names() {
+        let q = super::QueueMetrics::new("render-test");
+        q.added(3);
+        q.retried();
+        let text = super::render();
+        assert!(text.contains("# TYPE workqueue_adds counter"), "{text}");
+        assert_eq!(sample("workqueue_adds_total{name=\"render-test\"}"), Some(1.0));
+        assert_eq!(sample("workqueue_retries_total{name=\"render-test\"}"), Some(1.0));
+        assert_eq!(sample("workqueue_depth{name=\"render-test\"}"), Some(3.0));
+    }
+}

@@ -1,0 +1,166 @@
+//! Health as Kubernetes asks for it.
+//!
+//! - Readiness (`/readyz`): true exactly when the first full list of pods is
+//!   in the cache: "wait for cache sync", made visible. Until then it answers
+//!   503 with the reason, e.g. the last watch error (a missing permission).
+//! - Liveness (`/healthz`): true while the watch task and every worker run and
+//!   no worker has been stuck on one key for longer than `--stuck-after`. A
+//!   restart cures those. An API server outage does *not* fail liveness: a
+//!   restart would not bring the server back, and the watch recovers by itself.
+//!
+//! The state is process-wide (like the metrics), set with one-line calls from
+//! the informer and the controller.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use crate::informer::Key;
+use crate::queue::Queue;
+
+#[derive(Default)]
+struct State {
+    synced: AtomicBool,
+    watch_running: AtomicBool,
+    last_watch_error: Mutex<Option<String>>,
+    workers_expected: AtomicUsize,
+    workers_running: AtomicUsize,
+    shutting_down: AtomicBool,
+}
+
+static STATE: LazyLock<State> = LazyLock::new(State::default);
+
+pub fn synced() {
+    STATE.synced.store(true, Ordering::SeqCst);
+}
+
+/// Remembers the last watch error for `/readyz`; `None` clears it.
+pub fn watch_error(error: Option<String>) {
+    *STATE.last_watch_error.lock().unwrap_or_else(|p| p.into_inner()) = error;
+}
+
+pub fn shutting_down() {
+    STATE.shutting_down.store(true, Ordering::SeqCst);
+}
+
+/// Marks a task as running until the guard drops (it returns or panics).
+pub struct Running(&'static AtomicUsize);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+pub fn worker_running() -> Running {
+    STATE.workers_expected.fetch_add(1, Ordering::SeqCst);
+    STATE.workers_running.fetch_add(1, Ordering::SeqCst);
+    Running(&STATE.workers_running)
+}
+
+pub fn watch_running() -> WatchRunning {
+    STATE.watch_running.store(true, Ordering::SeqCst);
+    WatchRunning
+}
+
+pub struct WatchRunning;
+
+impl Drop for WatchRunning {
+    fn drop(&mut self) {
+        STATE.watch_running.store(false, Ordering::SeqCst);
+    }
+}
+
+/// `Ok(reason)` when ready, `Err(reason)` when not.
+pub fn readiness() -> Result<String, String> {
+    if STATE.synced.load(Ordering::SeqCst) {
+        return Ok("ok: cache synced".into());
+    }
+    let last = STATE.last_watch_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    Err(match last {
+        Some(error) => format!("cache not synced: the first list of pods has not succeeded yet: {error}"),
+        None => "cache not synced: waiting for the first list of pods".into(),
+    })
+}
+
+pub fn liveness(queue: &Queue<Key>, stuck_after: Duration) -> Result<String, String> {
+    if STATE.shutting_down.load(Ordering::SeqCst) {
+        return Ok("ok: shutting down".into());
+    }
+    if !STATE.watch_running.load(Ordering::SeqCst) {
+        return Err("the watch task has ended".into());
+    }
+    let (running, expected) = (
+        STATE.workers_running.load(Ordering::SeqCst),
+        STATE.workers_expected.load(Ordering::SeqCst),
+    );
+    if running < expected {
+        return Err(format!("{} of {expected} workers have ended", expected - running));
+    }
+    if let Some((key, held)) = queue.in_flight().into_iter().max_by_key(|(_, held)| *held)
+        && held > stuck_after
+    {
+        return Err(format!(
+            "a worker is stuck on {key} for {}s (limit {}s)",
+            held.as_secs(),
+            stuck_after.as_secs()
+        ));
+    }
+    Ok("ok".into())
+}
+
+/// Serves the probes and the metrics. Both listeners are bound before this
+/// returns, so a port already in use is a start-up error, not a log line.
+pub async fn serve(
+    probe_addr: Option<std::net::SocketAddr>,
+    metrics_addr: Option<std::net::SocketAddr>,
+    queue: Arc<Queue<Key>>,
+    stuck_after: Duration,
+) -> Result<(), String> {
+    use axum::Router;
+    use axum::http::StatusCode;
+    use axum::routing::get;
+
+    let answer = |result: Result<String, String>| match result {
+        Ok(text) => (StatusCode::OK, text + "\n"),
+        Err(text) => (StatusCode::SERVICE_UNAVAILABLE, text + "\n"),
+    };
+    let probes = Router::new()
+        .route("/readyz", get(move || async move { answer(readiness()) }))
+        .route("/healthz", {
+            let queue = queue.clone();
+            get(move || async move { answer(liveness(&queue, stuck_after)) })
+        });
+    let metrics = Router::new().route(
+        "/metrics",
+        get(move || async move {
+            queue.in_flight(); // refreshes the unfinished-work gauges
+            (
+                [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+                crate::metrics::render(),
+            )
+        }),
+    );
+    let servers = match (probe_addr, metrics_addr) {
+        (Some(p), Some(m)) if p == m => vec![(p, "probes and metrics", probes.merge(metrics))],
+        (p, m) => {
+            let mut servers = Vec::new();
+            servers.extend(p.map(|p| (p, "probes", probes)));
+            servers.extend(m.map(|m| (m, "metrics", metrics)));
+            servers
+        }
+    };
+    for (addr, what, router) in servers {
+        let flag = if what == "metrics" {
+            "--metrics-addr"
+        } else {
+            "--probe-addr"
+        };
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            format!("cannot listen on {addr} for {what}: {e}: pass {flag} with a free port, or 0 to turn it off")
+        })?;
+        tracing::info!(%addr, "serving {what}");
+        tokio::spawn(async move { axum::serve(listener, router).await });
+    }
+    Ok(())
+}
