@@ -1,0 +1,382 @@
+//! Bad input: one clear line naming the problem and the fix, a non-zero exit,
+//! never a panic. Cases that need a server use the real local control plane.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine;
+use common::*;
+
+/// Runs the binary with `args` and a clean environment; returns (exit code, stderr).
+fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("RUST_LOG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run demo-controller");
+    let stderr = String::from_utf8_lossy(&out.stderr).trim_end().to_string();
+    assert!(!stderr.contains("panicked"), "it panicked: {stderr}");
+    assert!(!stderr.contains("RUST_BACKTRACE"), "a backtrace hint: {stderr}");
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "expected exactly one line on stderr, got:\n{stderr}"
+    );
+    (out.status.code().expect("exit code"), stderr)
+}
+
+fn tmp(name: &str, content: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bad-input");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, content).unwrap();
+    path
+}
+
+fn b64(path: &Path) -> String {
+    base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).expect("read pki file"))
+}
+
+/// A kubeconfig for `server` with the given cluster and user sections.
+fn kubeconfig(name: &str, server: &str, ca_data: Option<String>, user: &str) -> PathBuf {
+    let ca = ca_data
+        .map(|d| format!("\n    certificate-authority-data: {d}"))
+        .unwrap_or_default();
+    tmp(
+        name,
+        &format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}{ca}\n\
+             users:\n- name: u\n  user:\n{user}\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n    user: u\n\
+             current-context: ctx\n"
+        ),
+    )
+}
+
+fn server_url(dir: &Path) -> String {
+    let env = std::fs::read_to_string(dir.join("env")).expect("cluster env file");
+    env.lines()
+        .find_map(|l| l.strip_prefix("APISERVER_URL="))
+        .expect("APISERVER_URL")
+        .trim_matches('"')
+        .to_string()
+}
+
+#[test]
+fn unknown_flag() {
+    assert_eq!(
+        run(&["--frobnicate"], &[]),
+        (
+            2,
+            "error: unexpected argument '--frobnicate' found (see demo-controller --help)".into()
+        )
+    );
+}
+
+#[test]
+fn invalid_duration() {
+    assert_eq!(
+        run(&["--resync", "soon"], &[]),
+        (
+            2,
+            "error: invalid value 'soon' for '--resync <DURATION>': expected a duration such as 30s, 5m or 1h (0 disables) (see demo-controller --help)".into()
+        )
+    );
+}
+
+#[test]
+fn negative_workers() {
+    assert_eq!(
+        run(&["--workers", "-3"], &[]),
+        (
+            2,
+            "error: invalid value '-3' for '--workers <N>': expected a whole number from 1 to 64 (see demo-controller --help)"
+                .into()
+        )
+    );
+}
+
+#[test]
+fn invalid_namespace_name() {
+    assert_eq!(
+        run(&["--namespace", "Not_A_Namespace"], &[]),
+        (
+            2,
+            "error: invalid value 'Not_A_Namespace' for '--namespace <NS>': a namespace is a DNS label: lower-case letters, digits and '-', at most 63 characters (see demo-controller --help)".into()
+        )
+    );
+}
+
+#[test]
+fn invalid_label_selector_caught_locally() {
+    assert_eq!(
+        run(&["-l", "env in (prod"], &[]),
+        (
+            2,
+            "error: invalid value 'env in (prod' for '--selector <SELECTOR>': expected a label selector such as app=web, tier!=db or 'env in (prod,staging)' (see demo-controller --help)".into()
+        )
+    );
+}
+
+#[test]
+fn invalid_label_selector_caught_by_the_api_server() {
+    let kc = cluster_dir().join("kubeconfig");
+    let args = [
+        "--kubeconfig",
+        kc.to_str().unwrap(),
+        "-l",
+        "app=web=x",
+        "--probe-addr",
+        "0",
+        "--metrics-addr",
+        "0",
+    ];
+    // The message after the selector is the API server's own.
+    assert_eq!(
+        run(&args, &[]),
+        (
+            1,
+            "error: invalid --selector 'app=web=x': found '=', expected: ',' or 'end of string'".into()
+        )
+    );
+}
+
+#[test]
+fn missing_kubeconfig_file() {
+    assert_eq!(
+        run(&["--kubeconfig", "/nonexistent/kubeconfig"], &[]),
+        (
+            1,
+            "error: cannot read kubeconfig /nonexistent/kubeconfig: No such file or directory (os error 2): pass an existing file with --kubeconfig or fix $KUBECONFIG".into()
+        )
+    );
+}
+
+#[test]
+fn no_kubeconfig_anywhere_and_not_in_a_pod() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("empty-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let (code, err) = run(&[], &[("HOME", home.to_str().unwrap())]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        format!(
+            "error: no kubeconfig found ($KUBECONFIG is unset and {}/.kube/config does not exist) and not running in a pod: pass --kubeconfig PATH, or run `make demo` for a local cluster",
+            home.display()
+        )
+    );
+}
+
+#[test]
+fn malformed_kubeconfig() {
+    let path = tmp(
+        "malformed",
+        "apiVersion: v1\nkind: Config\nclusters: [this is: not: valid\n",
+    );
+    let (code, err) = run(&["--kubeconfig", path.to_str().unwrap()], &[]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        format!(
+            "error: kubeconfig {} is not a valid kubeconfig: failed to parse kubeconfig YAML: error: line 3 column 24: \
+             while parsing a flow mapping, did not find expected ',' or '}}'",
+            path.display()
+        )
+    );
+}
+
+#[test]
+fn kubeconfig_from_the_environment_that_is_missing() {
+    let (code, err) = run(&[], &[("KUBECONFIG", "/nonexistent/env-kubeconfig")]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        "error: cannot read kubeconfig /nonexistent/env-kubeconfig: No such file or directory (os error 2): pass an existing file with --kubeconfig or fix $KUBECONFIG"
+    );
+}
+
+#[test]
+fn unknown_context() {
+    let kc = cluster_dir().join("kubeconfig");
+    assert_eq!(
+        run(&["--kubeconfig", kc.to_str().unwrap(), "--context", "production"], &[]),
+        (1, "error: context \"production\" not found in the kubeconfig (available: local): pass one of them with --context".into())
+    );
+}
+
+#[test]
+fn context_with_the_in_cluster_config() {
+    assert_eq!(
+        run(
+            &["--context", "x"],
+            &[
+                ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
+                ("KUBERNETES_SERVICE_PORT", "1")
+            ]
+        ),
+        (
+            1,
+            "error: --context needs a kubeconfig, but the in-cluster config is in use: pass --kubeconfig too".into()
+        )
+    );
+}
+
+#[test]
+fn unreachable_server() {
+    // Port 1 on loopback: nothing listens there.
+    let kc = kubeconfig("unreachable", "https://127.0.0.1:1", None, "    token: abc");
+    let (code, err) = run(&["--kubeconfig", kc.to_str().unwrap()], &[]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("error: cannot reach the Kubernetes API server at https://127.0.0.1:1/: "),
+        "{err}"
+    );
+    assert!(
+        err.ends_with("(nothing listens there: is the cluster running? Without one, `make demo` starts a local one)"),
+        "{err}"
+    );
+    assert!(err.contains("Connection refused"), "{err}");
+}
+
+#[test]
+fn tls_ca_mismatch() {
+    let dir = cluster_dir();
+    // A CA that did not sign the server's certificate: the client cert's own.
+    let wrong_ca = b64(&dir.join("pki/admin.crt"));
+    let user = format!(
+        "    client-certificate-data: {}\n    client-key-data: {}",
+        b64(&dir.join("pki/admin.crt")),
+        b64(&dir.join("pki/admin.key"))
+    );
+    let url = server_url(&dir);
+    let kc = kubeconfig("wrong-ca", &url, Some(wrong_ca), &user);
+    let (code, err) = run(&["--kubeconfig", kc.to_str().unwrap()], &[]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with(&format!("error: cannot reach the Kubernetes API server at {url}/: ")),
+        "{err}"
+    );
+    assert!(
+        err.ends_with(
+            "(the server's certificate is not signed by the CA in your kubeconfig: check certificate-authority-data)"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn invalid_bearer_token() {
+    let dir = cluster_dir();
+    let url = server_url(&dir);
+    let kc = kubeconfig(
+        "bad-token",
+        &url,
+        Some(b64(&dir.join("pki/ca.crt"))),
+        "    token: not-a-valid-token",
+    );
+    assert_eq!(
+        run(&["--kubeconfig", kc.to_str().unwrap()], &[]),
+        (
+            1,
+            format!(
+                "error: the API server at {url}/ rejected our credentials (401 Unauthorized): the token or client certificate is invalid or expired; refresh the credentials in your kubeconfig"
+            )
+        )
+    );
+}
+
+/// A plain HTTP server on loopback (not an API server, not a fake one: it
+/// answers every request with the same small web page).
+fn plain_http_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten().take(8) {
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let body = "<html>hello</html>";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn a_plain_http_port_addressed_with_https() {
+    let port = plain_http_server();
+    let kc = kubeconfig(
+        "plain-https",
+        &format!("https://127.0.0.1:{port}"),
+        None,
+        "    token: abc",
+    );
+    let (code, err) = run(&["--kubeconfig", kc.to_str().unwrap()], &[]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with(&format!(
+            "error: cannot reach the Kubernetes API server at https://127.0.0.1:{port}/: "
+        )),
+        "{err}"
+    );
+    assert!(
+        err.ends_with("(it does not speak TLS: is this the address of a Kubernetes API server?)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_web_server_that_is_not_kubernetes() {
+    let port = plain_http_server();
+    let kc = kubeconfig(
+        "plain-http",
+        &format!("http://127.0.0.1:{port}"),
+        None,
+        "    token: abc",
+    );
+    let (code, err) = run(&["--kubeconfig", kc.to_str().unwrap()], &[]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with(&format!(
+            "error: the server at http://127.0.0.1:{port}/ is not a Kubernetes API server: "
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn metrics_port_already_in_use() {
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let kc = cluster_dir().join("kubeconfig");
+    let (code, err) = run(
+        &[
+            "--kubeconfig",
+            kc.to_str().unwrap(),
+            "--probe-addr",
+            "0",
+            "--metrics-addr",
+            &addr,
+        ],
+        &[],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with(&format!("error: cannot listen on {addr} for metrics: ")),
+        "{err}"
+    );
+    assert!(
+        err.ends_with("pass --metrics-addr with a free port, or 0 to turn it off"),
+        "{err}"
+    );
+}

@@ -1,0 +1,302 @@
+//! End-to-end: the real binary, a real kube-apiserver, exact log lines.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const T: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_initial_list_is_logged_and_marked() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "initial").await;
+    create(&c.client, &ns, "a", &[]).await;
+    create(&c.client, &ns, "b", &[]).await;
+    let logger = Logger::start(&c.kubeconfig, &["-n", &ns]);
+    assert_eq!(logger.synced().await["pods"], 2);
+    let mut events = logger.wait_events(&ns, 2).await;
+    events.sort();
+    assert_eq!(events, [format!("onAdd: {ns}/a"), format!("onAdd: {ns}/b")]);
+    for line in logger.event_lines(&ns) {
+        assert_eq!(line["initial_list"], true, "{line}");
+        assert_eq!(line["phase"], "Pending");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn skip_existing_leaves_out_only_the_initial_list() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "skip").await;
+    create(&c.client, &ns, "old", &[]).await;
+    let logger = Logger::start(&c.kubeconfig, &["-n", &ns, "--skip-existing"]);
+    logger.synced().await;
+    create(&c.client, &ns, "new", &[]).await;
+    assert_eq!(logger.wait_events(&ns, 1).await, [format!("onAdd: {ns}/new")]);
+    assert!(logger.event_lines(&ns)[0].get("initial_list").is_none());
+    // The skipped pod is still known: a change to it is an update, not an add.
+    label(&c.client, &ns, "old", "touched", "yes").await;
+    assert_eq!(logger.wait_events(&ns, 2).await[1], format!("onUpdate: {ns}/old"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn add_update_by_label_and_status_then_delete() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "life").await;
+    let logger = Logger::start(&c.kubeconfig, &["-n", &ns]);
+    logger.synced().await;
+    create(&c.client, &ns, "kuard", &[("app", "kuard")]).await;
+    logger.wait_events(&ns, 1).await;
+    label(&c.client, &ns, "kuard", "tier", "web").await;
+    logger.wait_events(&ns, 2).await;
+    set_phase(&c.client, &ns, "kuard", "Running").await;
+    logger.wait_events(&ns, 3).await;
+    delete(&c.client, &ns, "kuard").await;
+    let events = logger.wait_events(&ns, 4).await;
+    assert_eq!(
+        events,
+        [
+            format!("onAdd: {ns}/kuard"),
+            format!("onUpdate: {ns}/kuard"),
+            format!("onUpdate: {ns}/kuard"),
+            format!("onDelete: {ns}/kuard")
+        ]
+    );
+    let lines = logger.event_lines(&ns);
+    assert_eq!(lines[1]["changes"], "label +tier=web");
+    assert_eq!(lines[2]["changes"], "phase Pending -> Running");
+    assert_eq!(lines[2]["phase"], "Running");
+    assert_eq!(lines[3]["phase"], "Running");
+    assert_eq!(
+        (lines[0]["namespace"].as_str(), lines[0]["name"].as_str()),
+        (Some(ns.as_str()), Some("kuard"))
+    );
+    assert!(lines[0].get("initial_list").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_pod_is_terminating_first() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "terminating").await;
+    let logger = Logger::start(&c.kubeconfig, &["-n", &ns]);
+    logger.synced().await;
+    create(&c.client, &ns, "held", &[]).await;
+    add_finalizer(&c.client, &ns, "held").await;
+    // A finalizer keeps the pod after the delete: it stays "Terminating".
+    delete(&c.client, &ns, "held").await;
+    let terminating = format!("onUpdate: {ns}/held");
+    let line = logger
+        .wait_for("the terminating update", T, |v| {
+            v["message"] == terminating.as_str() && v["changes"] == "terminating"
+        })
+        .await;
+    assert_eq!(line["phase"], "Pending");
+    // Its finalizer gone, the API server removes it.
+    let patch = serde_json::json!({"metadata": {"finalizers": null}});
+    kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(c.client.clone(), &ns)
+        .patch(
+            "held",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    let deleted = format!("onDelete: {ns}/held");
+    logger.wait_message(&deleted, T).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_and_recreate_under_the_same_name() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "recreate").await;
+    let logger = Logger::start(&c.kubeconfig, &["-n", &ns]);
+    logger.synced().await;
+    let first = create(&c.client, &ns, "p", &[]).await;
+    logger.wait_events(&ns, 1).await;
+    delete(&c.client, &ns, "p").await;
+    let second = create(&c.client, &ns, "p", &[]).await;
+    let events = logger.wait_events(&ns, 3).await;
+    assert_eq!(
+        events,
+        [
+            format!("onAdd: {ns}/p"),
+            format!("onDelete: {ns}/p"),
+            format!("onAdd: {ns}/p")
+        ]
+    );
+    let lines = logger.event_lines(&ns);
+    let uid = |p: &k8s_openapi::api::core::v1::Pod| p.metadata.uid.clone().unwrap();
+    assert_eq!(lines[0]["uid"], uid(&first));
+    assert_eq!(lines[1]["uid"], uid(&first));
+    assert_eq!(lines[2]["uid"], uid(&second));
+    assert_ne!(uid(&first), uid(&second));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resync_that_changes_nothing_logs_no_update() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "resync").await;
+    let logger = Logger::start_with(
+        &c.kubeconfig,
+        &["-n", &ns, "--resync", "1s"],
+        &[("RUST_LOG", "warn,demo_controller=debug")],
+    );
+    logger.synced().await;
+    create(&c.client, &ns, "p", &[]).await;
+    logger.wait_events(&ns, 1).await;
+    // Wait for three resyncs to have queued the pod again...
+    let resyncs = |l: &Logger| {
+        l.lines()
+            .iter()
+            .filter(|v| v["message"] == "resync: queueing every cached pod")
+            .count()
+    };
+    let start = std::time::Instant::now();
+    while resyncs(&logger) < 4 {
+        assert!(start.elapsed() < T, "no resync seen\n{}", logger.dump());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // ... each found nothing new: no onUpdate, just a debug line.
+    assert_eq!(logger.events(&ns), [format!("onAdd: {ns}/p")]);
+    assert!(
+        logger
+            .lines()
+            .iter()
+            .any(|v| v["message"].as_str().is_some_and(|m| m.starts_with("no change")))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_created_and_deleted_faster_than_the_worker_is_still_logged() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "ghost").await;
+    let stall = format!("stall={ns}/blocker@3s");
+    let logger = Logger::start_with(
+        &c.kubeconfig,
+        &["-n", &ns, "--workers", "1"],
+        &[("DEMO_CONTROLLER_FAULTS", &stall)],
+    );
+    logger.synced().await;
+    // The only worker is now held on `blocker` for 3 s...
+    create(&c.client, &ns, "blocker", &[]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        logger.events(&ns).is_empty(),
+        "the worker should be stalled\n{}",
+        logger.dump()
+    );
+    // ... while `ghost` lives and dies: its key is queued once, its pod gone.
+    create(&c.client, &ns, "ghost", &[]).await;
+    delete(&c.client, &ns, "ghost").await;
+    let events = logger.wait_events(&ns, 3).await;
+    assert_eq!(
+        events,
+        [
+            format!("onAdd: {ns}/blocker"),
+            format!("onAdd: {ns}/ghost"),
+            format!("onDelete: {ns}/ghost")
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_burst_on_one_key_is_deduplicated() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "burst").await;
+    let stall = format!("stall={ns}/blocker@3s");
+    let logger = Logger::start_with(
+        &c.kubeconfig,
+        &["-n", &ns, "--workers", "1"],
+        &[("DEMO_CONTROLLER_FAULTS", &stall)],
+    );
+    logger.synced().await;
+    create(&c.client, &ns, "busy", &[]).await;
+    logger.wait_events(&ns, 1).await;
+    create(&c.client, &ns, "blocker", &[]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 1..=20 {
+        label(&c.client, &ns, "busy", "v", &i.to_string()).await;
+    }
+    let events = logger.wait_events(&ns, 3).await;
+    assert_eq!(
+        events,
+        [
+            format!("onAdd: {ns}/busy"),
+            format!("onAdd: {ns}/blocker"),
+            format!("onUpdate: {ns}/busy")
+        ]
+    );
+    // Twenty changes, one sync: the line shows the state it found.
+    assert_eq!(logger.event_lines(&ns)[2]["changes"], "label +v=20");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn namespace_and_selector_narrow_the_watch() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "filter").await;
+    let other = namespace(&c.client, "filter-other").await;
+    let logger = Logger::start(&c.kubeconfig, &["-n", &ns, "-l", "app=web"]);
+    logger.synced().await;
+    create(&c.client, &other, "web", &[("app", "web")]).await;
+    create(&c.client, &ns, "db", &[("app", "db")]).await;
+    create(&c.client, &ns, "web", &[("app", "web")]).await;
+    assert_eq!(logger.wait_events(&ns, 1).await, [format!("onAdd: {ns}/web")]);
+    // A label change that brings a pod into the selector is an add.
+    label(&c.client, &ns, "db", "app", "web").await;
+    assert_eq!(
+        logger.wait_events(&ns, 2).await,
+        [format!("onAdd: {ns}/web"), format!("onAdd: {ns}/db")]
+    );
+    assert!(logger.events(&other).is_empty(), "{}", logger.dump());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_and_exits_zero() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "sigterm").await;
+    let mut logger = Logger::start(&c.kubeconfig, &["-n", &ns]);
+    logger.synced().await;
+    logger.signal("TERM");
+    let status = logger.wait_exit(T).await;
+    assert_eq!(status.code(), Some(0), "{}", logger.dump());
+    let lines = logger.lines();
+    assert_eq!(
+        lines.last().unwrap()["message"],
+        "shutdown complete",
+        "{}",
+        logger.dump()
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|v| v["message"] == "received SIGTERM: shutting down (send it again to exit at once)")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_signal_exits_at_once() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "twice").await;
+    let stall = format!("stall={ns}/stuck");
+    let mut logger = Logger::start_with(
+        &c.kubeconfig,
+        &["-n", &ns, "--workers", "1"],
+        &[("DEMO_CONTROLLER_FAULTS", &stall)],
+    );
+    logger.synced().await;
+    create(&c.client, &ns, "stuck", &[]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    logger.signal("INT");
+    logger
+        .wait_message("shutting down: watch stopped, draining the queue", T)
+        .await;
+    logger.signal("INT");
+    let status = logger.wait_exit(Duration::from_secs(5)).await;
+    assert_eq!(status.code(), Some(130), "{}", logger.dump());
+    assert_eq!(
+        logger.lines().last().unwrap()["message"],
+        "received SIGINT again: exiting at once"
+    );
+}
