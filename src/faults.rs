@@ -1,13 +1,17 @@
-//! A test seam: make the sync of chosen keys fail or hang, so the end-to-end
-//! tests can show retries with backoff, the drop after the last attempt, and a
-//! liveness probe that notices a stuck worker, all against a real API server.
+//! A test seam: make the sync of chosen keys fail, hang or slow down, so the
+//! end-to-end tests can show retries with backoff, the drop after the last
+//! attempt, a liveness probe that notices a stuck worker and a shutdown under
+//! backlog, all against a real API server.
 //!
 //! It is inert unless the environment variable `DEMO_CONTROLLER_FAULTS` is
-//! set, e.g. `fail=default/kuard,stall=default/slow@5s`: `fail` makes every
-//! sync of that key fail, `stall` holds the worker on that key's first sync
-//! for the given time (an hour without `@`). It is a
-//! runtime switch rather than a cargo feature so the tests exercise the very
-//! binary that ships.
+//! set, e.g. `fail=default/kuard,stall=default/slow@5s,slow=2ms`:
+//! - `fail=NS/NAME`: every sync of that key fails;
+//! - `stall=NS/NAME[@DURATION]`: the first sync of that key hangs for that
+//!   long (an hour without `@`);
+//! - `slow=DURATION`: every sync takes that much longer (a backlog builds up).
+//!
+//! It is a runtime switch rather than a cargo feature so the tests exercise
+//! the very binary that ships.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -23,6 +27,7 @@ pub struct Faults {
     fail: HashSet<String>,
     /// Keys still to stall once, and for how long.
     stall: Mutex<HashMap<String, Duration>>,
+    slow: Option<Duration>,
 }
 
 impl Faults {
@@ -34,32 +39,40 @@ impl Faults {
     }
 
     fn parse(spec: &str) -> Result<Faults, String> {
-        let (mut fail, mut stall) = (HashSet::new(), HashMap::new());
+        let mut faults = Faults::default();
+        let duration = |item: &str, text: &str| {
+            humantime::parse_duration(text).map_err(|e| format!("{ENV}: cannot parse '{item}': {e}"))
+        };
         for item in spec.split(',').filter(|s| !s.is_empty()) {
             match item.split_once('=') {
                 Some(("fail", key)) => {
-                    fail.insert(key.to_string());
+                    faults.fail.insert(key.to_string());
                 }
                 Some(("stall", spec)) => {
                     let (key, time) = spec.split_once('@').unwrap_or((spec, "1h"));
-                    let time = humantime::parse_duration(time).map_err(|e| format!("{ENV}: '{item}': {e}"))?;
-                    stall.insert(key.to_string(), time);
+                    let time = duration(item, time)?;
+                    faults
+                        .stall
+                        .get_mut()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(key.to_string(), time);
                 }
+                Some(("slow", time)) => faults.slow = Some(duration(item, time)?),
                 _ => {
                     return Err(format!(
-                        "{ENV}: cannot parse '{item}': expected fail=NS/NAME or stall=NS/NAME[@DURATION]"
+                        "{ENV}: cannot parse '{item}': expected fail=NS/NAME, stall=NS/NAME[@DURATION] or slow=DURATION"
                     ));
                 }
             }
         }
-        Ok(Faults {
-            fail,
-            stall: Mutex::new(stall),
-        })
+        Ok(faults)
     }
 
-    /// Called at the start of every sync.
+    /// Called at the start of every sync; a no-op unless faults were asked for.
     pub async fn inject(&self, key: &Key) -> Result<(), SyncError> {
+        if let Some(time) = self.slow {
+            tokio::time::sleep(time).await;
+        }
         if self.fail.is_empty() && self.stall.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
             return Ok(());
         }
@@ -79,43 +92,58 @@ impl Faults {
 mod tests {
     use super::*;
 
+    fn key(name: &str) -> Key {
+        Key {
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
     #[tokio::test]
     async fn a_failing_key_fails_and_others_pass() {
         let faults = Faults::parse("fail=ns/bad").unwrap();
-        let bad = Key {
-            namespace: "ns".into(),
-            name: "bad".into(),
-        };
-        let good = Key {
-            namespace: "ns".into(),
-            name: "good".into(),
-        };
         assert_eq!(
-            faults.inject(&bad).await.unwrap_err().to_string(),
+            faults.inject(&key("bad")).await.unwrap_err().to_string(),
             "injected failure for ns/bad (DEMO_CONTROLLER_FAULTS)"
         );
-        assert!(faults.inject(&good).await.is_ok());
+        assert!(faults.inject(&key("good")).await.is_ok());
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_stall_holds_the_first_sync_only() {
         let faults = Faults::parse("stall=ns/slow@5s").unwrap();
-        let slow = Key {
-            namespace: "ns".into(),
-            name: "slow".into(),
-        };
         let start = tokio::time::Instant::now();
-        faults.inject(&slow).await.unwrap();
+        faults.inject(&key("slow")).await.unwrap();
         assert_eq!(start.elapsed(), Duration::from_secs(5));
-        faults.inject(&slow).await.unwrap();
+        faults.inject(&key("slow")).await.unwrap();
         assert_eq!(start.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_delays_every_sync() {
+        let faults = Faults::parse("slow=2ms").unwrap();
+        let start = tokio::time::Instant::now();
+        faults.inject(&key("a")).await.unwrap();
+        faults.inject(&key("b")).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_millis(4));
     }
 
     #[test]
     fn a_malformed_spec_is_refused() {
         assert_eq!(
             Faults::parse("explode=ns/x").unwrap_err(),
-            "DEMO_CONTROLLER_FAULTS: cannot parse 'explode=ns/x': expected fail=NS/NAME or stall=NS/NAME[@DURATION]"
+            "DEMO_CONTROLLER_FAULTS: cannot parse 'explode=ns/x': expected fail=NS/NAME, stall=NS/NAME[@DURATION] or slow=DURATION"
         );
+        assert!(
+            Faults::parse("slow=fast")
+                .unwrap_err()
+                .starts_with("DEMO_CONTROLLER_FAULTS: cannot parse 'slow=fast': ")
+        );
+    }
+
+    #[test]
+    fn no_spec_no_faults() {
+        let faults = Faults::parse("").unwrap();
+        assert!(faults.fail.is_empty() && faults.slow.is_none());
     }
 }

@@ -115,6 +115,9 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Pods in the informer's cache",
         m.cache_pods.clone(),
     );
+    for kind in ["onAdd", "onUpdate", "onDelete"] {
+        drop(m.events.get_or_create(&vec![("kind", kind.to_string())]));
+    }
     Metrics { registry, ..m }
 });
 
@@ -129,8 +132,18 @@ pub struct QueueMetrics {
 }
 
 impl QueueMetrics {
+    /// Creates every series of the queue at zero, so a dashboard sees them
+    /// before the first retry, say, rather than a gap.
     pub fn new(queue: &str) -> QueueMetrics {
-        QueueMetrics { labels: name(queue) }
+        let labels = name(queue);
+        drop(METRICS.depth.get_or_create(&labels));
+        drop(METRICS.adds.get_or_create(&labels));
+        drop(METRICS.retries.get_or_create(&labels));
+        drop(METRICS.queue_duration.get_or_create(&labels));
+        drop(METRICS.work_duration.get_or_create(&labels));
+        drop(METRICS.unfinished_work.get_or_create(&labels));
+        drop(METRICS.longest_running.get_or_create(&labels));
+        QueueMetrics { labels }
     }
     pub fn added(&self, depth: usize) {
         METRICS.adds.get_or_create(&self.labels).inc();

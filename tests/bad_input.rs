@@ -5,10 +5,9 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-use base64::Engine;
 use common::*;
 
 /// Runs the binary with `args` and a clean environment; returns (exit code, stderr).
@@ -31,42 +30,6 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
         "expected exactly one line on stderr, got:\n{stderr}"
     );
     (out.status.code().expect("exit code"), stderr)
-}
-
-fn tmp(name: &str, content: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bad-input");
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    std::fs::write(&path, content).unwrap();
-    path
-}
-
-fn b64(path: &Path) -> String {
-    base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).expect("read pki file"))
-}
-
-/// A kubeconfig for `server` with the given cluster and user sections.
-fn kubeconfig(name: &str, server: &str, ca_data: Option<String>, user: &str) -> PathBuf {
-    let ca = ca_data
-        .map(|d| format!("\n    certificate-authority-data: {d}"))
-        .unwrap_or_default();
-    tmp(
-        name,
-        &format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}{ca}\n\
-             users:\n- name: u\n  user:\n{user}\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n    user: u\n\
-             current-context: ctx\n"
-        ),
-    )
-}
-
-fn server_url(dir: &Path) -> String {
-    let env = std::fs::read_to_string(dir.join("env")).expect("cluster env file");
-    env.lines()
-        .find_map(|l| l.strip_prefix("APISERVER_URL="))
-        .expect("APISERVER_URL")
-        .trim_matches('"')
-        .to_string()
 }
 
 #[test]
@@ -176,7 +139,7 @@ fn no_kubeconfig_anywhere_and_not_in_a_pod() {
 
 #[test]
 fn malformed_kubeconfig() {
-    let path = tmp(
+    let path = tmp_file(
         "malformed",
         "apiVersion: v1\nkind: Config\nclusters: [this is: not: valid\n",
     );

@@ -317,6 +317,11 @@ impl Logger {
         }
     }
 
+    /// The exit status if the process has ended, without waiting.
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("try_wait")
+    }
+
     pub fn stderr(&self) -> Vec<String> {
         self.stderr.lock().unwrap().clone()
     }
@@ -326,5 +331,296 @@ impl Drop for Logger {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The API server's URL, from the control plane's env file.
+pub fn server_url(dir: &std::path::Path) -> String {
+    let env = std::fs::read_to_string(dir.join("env")).expect("cluster env file");
+    env.lines()
+        .find_map(|l| l.strip_prefix("APISERVER_URL="))
+        .expect("APISERVER_URL")
+        .trim_matches('"')
+        .to_string()
+}
+
+pub fn b64(path: &std::path::Path) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).expect("read pki file"))
+}
+
+pub fn tmp_file(name: &str, content: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("e2e-files").join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, content).unwrap();
+    path
+}
+
+/// A kubeconfig for `server` with an optional CA and the given user lines.
+pub fn kubeconfig(name: &str, server: &str, ca_data: Option<String>, user: &str) -> PathBuf {
+    let ca = ca_data
+        .map(|d| format!("\n    certificate-authority-data: {d}"))
+        .unwrap_or_default();
+    tmp_file(
+        name,
+        &format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}{ca}\n\
+             users:\n- name: u\n  user:\n{user}\ncontexts:\n- name: ctx\n  context:\n    cluster: c\n    user: u\n\
+             current-context: ctx\n"
+        ),
+    )
+}
+
+/// A ServiceAccount token minted with the TokenRequest API (what the kubelet
+/// mounts into a pod), valid for an hour.
+pub async fn token(client: &Client, ns: &str, sa: &str) -> String {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let made = Api::<ServiceAccount>::namespaced(client.clone(), ns)
+        .create_token_request(sa, &PostParams::default(), &request)
+        .await
+        .expect("token request");
+    made.status.expect("token status").token
+}
+
+pub async fn service_account(client: &Client, ns: &str, name: &str) {
+    let sa = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<ServiceAccount>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &sa)
+        .await
+        .expect("create sa");
+}
+
+/// A kubeconfig that authenticates with `token` against the cluster in `dir`.
+pub fn token_kubeconfig(dir: &std::path::Path, name: &str, token: &str) -> PathBuf {
+    kubeconfig(
+        name,
+        &server_url(dir),
+        Some(b64(&dir.join("pki/ca.crt"))),
+        &format!("    token: {token}"),
+    )
+}
+
+/// Grants get/list/watch on pods in `ns` to a ServiceAccount, with a Role.
+pub async fn grant_pod_reading(client: &Client, ns: &str, sa: &str) {
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "pod-reader", "namespace": ns},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "pod-reader", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
+    });
+    apply(client, &role, false).await.expect("role");
+    apply(client, &binding, false).await.expect("rolebinding");
+}
+
+/// Server-side apply of one object (any kind the server knows).
+pub async fn apply(client: &Client, object: &Value, dry_run: bool) -> Result<Value, kube::Error> {
+    use kube::api::{DynamicObject, GroupVersionKind};
+    let (group, version) = match object["apiVersion"].as_str().unwrap().split_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (String::new(), object["apiVersion"].as_str().unwrap().to_string()),
+    };
+    let gvk = GroupVersionKind::gvk(&group, &version, object["kind"].as_str().unwrap());
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
+    let name = object["metadata"]["name"].as_str().unwrap();
+    let api: Api<DynamicObject> = match (caps.scope, object["metadata"]["namespace"].as_str()) {
+        (kube::discovery::Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &resource),
+        _ => Api::all_with(client.clone(), &resource),
+    };
+    let mut params = PatchParams::apply("demo-controller-tests").force();
+    params.dry_run = dry_run;
+    api.patch(name, &params, &Patch::Apply(object))
+        .await
+        .map(|o| serde_json::to_value(o).unwrap())
+}
+
+/// The objects of demo-controller.yaml.
+pub fn manifest() -> Vec<Value> {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/demo-controller.yaml")).unwrap();
+    serde_saphyr::from_multiple(&text).expect("demo-controller.yaml parses")
+}
+
+/// A free port on loopback (bound and released: good enough for tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP/1.1 GET on loopback: (status, body); status 0 when nothing answers.
+pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    );
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// A control plane of a test's own, for tests that stop or restart the API
+/// server (they would disturb every other test on the shared one). Stopped
+/// and removed on drop, even when the test fails.
+pub struct Plane {
+    pub cluster: Cluster,
+}
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+impl Plane {
+    pub async fn start(name: &str) -> Plane {
+        let dir = repo().join("target/test-planes").join(name);
+        let out = Command::new("bash")
+            .arg(repo().join("cluster/up.sh"))
+            .arg("--dir")
+            .arg(&dir)
+            .output()
+            .expect("run cluster/up.sh");
+        assert!(
+            out.status.success(),
+            "cluster/up.sh failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Plane {
+            cluster: cluster_at(dir).await,
+        }
+    }
+
+    pub fn dir(&self) -> &std::path::Path {
+        &self.cluster.dir
+    }
+
+    fn pid(&self, name: &str) -> Option<u32> {
+        std::fs::read_to_string(self.dir().join(format!("{name}.pid")))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Kills the kube-apiserver (SIGKILL: a crash, not a polite stop) and
+    /// waits until it is gone.
+    pub fn kill_apiserver(&self) {
+        self.kill("kube-apiserver");
+    }
+
+    pub fn kill(&self, name: &str) {
+        let Some(pid) = self.pid(name) else { return };
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        let proc = PathBuf::from(format!("/proc/{pid}"));
+        let start = Instant::now();
+        while proc.exists() && std::fs::read_to_string(proc.join("stat")).is_ok_and(|s| !s.contains(") Z ")) {
+            assert!(start.elapsed() < Duration::from_secs(10), "{name} did not die");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the cluster's kube-apiserver again (same flags and port), or a
+    /// second one on `port` with extra flags, and waits until it is ready.
+    pub async fn start_apiserver(&self, name: &str, port: Option<u16>, extra: &[&str]) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir().join(format!("logs/{name}.log")))
+            .unwrap();
+        let port_arg = port.map(|p| p.to_string()).unwrap_or_default();
+        // Detached like cluster/up.sh starts it; `kill` (or cluster/down.sh)
+        // ends it, and `kill` waits until it is gone, zombie included.
+        #[allow(clippy::zombie_processes)]
+        let child = Command::new("setsid")
+            .arg("bash")
+            .arg(self.dir().join("kube-apiserver.sh"))
+            .arg(&port_arg)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start kube-apiserver");
+        std::fs::write(self.dir().join(format!("{name}.pid")), child.id().to_string()).unwrap();
+        let url = match port {
+            Some(p) => format!("https://127.0.0.1:{p}"),
+            None => server_url(self.dir()),
+        };
+        self.wait_ready(&url).await;
+    }
+
+    /// An admin client of the API server at `url` (the same certificates).
+    pub async fn admin_client(&self, url: &str) -> Client {
+        let kc = self.admin_kubeconfig(url);
+        client_for(&kc).await
+    }
+
+    pub fn admin_kubeconfig(&self, url: &str) -> PathBuf {
+        let pki = self.dir().join("pki");
+        let user = format!(
+            "    client-certificate-data: {}\n    client-key-data: {}",
+            b64(&pki.join("admin.crt")),
+            b64(&pki.join("admin.key"))
+        );
+        let name = format!("admin-{}", url.rsplit(':').next().unwrap());
+        kubeconfig(&name, url, Some(b64(&pki.join("ca.crt"))), &user)
+    }
+
+    async fn wait_ready(&self, url: &str) {
+        let client = self.admin_client(url).await;
+        let start = Instant::now();
+        loop {
+            if client.apiserver_version().await.is_ok() {
+                let ready = client
+                    .request_text(http::Request::get("/readyz").body(vec![]).unwrap())
+                    .await;
+                if ready.is_ok_and(|t| t.trim() == "ok") {
+                    return;
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(90),
+                "kube-apiserver at {url} not ready after 90 s"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Drop for Plane {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(repo().join("cluster/down.sh"))
+            .arg("--dir")
+            .arg(self.dir())
+            .output();
     }
 }

@@ -1,0 +1,438 @@
+//! Faults, against real API servers: restarts under churn, deletes the logger
+//! could not see (including a compacted watch, 410 Gone), a missing
+//! permission, shutdown under a backlog, and a sync handler that fails.
+//! Each scenario prints its figures (run with --nocapture to see them).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(60);
+
+/// Per uid: how many onAdd and onDelete lines the logger wrote.
+fn tally(lines: &[Value]) -> BTreeMap<String, (u32, u32)> {
+    let mut t: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+    for l in lines {
+        let uid = l["uid"].as_str().unwrap_or_default().to_string();
+        let m = l["message"].as_str().unwrap_or_default();
+        let e = t.entry(uid).or_default();
+        if m.starts_with("onAdd: ") {
+            e.0 += 1;
+        } else if m.starts_with("onDelete: ") {
+            assert!(e.0 > 0 || e.1 > 0, "onDelete before any onAdd: {l}");
+            e.1 += 1;
+        }
+    }
+    t
+}
+
+/// What the logger believes alive: uids with an onAdd and no onDelete.
+fn believed_alive(lines: &[Value]) -> BTreeSet<String> {
+    tally(lines)
+        .into_iter()
+        .filter(|(_, (a, d))| a > d)
+        .map(|(uid, _)| uid)
+        .collect()
+}
+
+async fn server_uids(client: &Client, ns: &str) -> BTreeSet<String> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .expect("list");
+    pods.items.into_iter().filter_map(|p| p.metadata.uid).collect()
+}
+
+/// One API call retried until the server answers, for churn through restarts.
+async fn retry<T>(mut op: impl AsyncFnMut() -> Result<T, kube::Error>) -> Result<T, kube::Error> {
+    let start = Instant::now();
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(kube::Error::Api(s)) => return Err(kube::Error::Api(s)),
+            Err(e) if start.elapsed() > T => panic!("the API server did not come back: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apiserver_restarts_under_churn_lose_and_duplicate_nothing() {
+    let plane = Plane::start("restarts").await;
+    let c = &plane.cluster;
+    let ns = namespace(&c.client, "churn").await;
+    let mut logger = Logger::start(&c.kubeconfig, &["-n", &ns]);
+    logger.synced().await;
+
+    // Churn: create, relabel and delete pods continuously, through restarts.
+    let churn = async {
+        {
+            let pods = Api::<Pod>::namespaced(c.client.clone(), &ns);
+            let mut live: Vec<(String, String, Instant)> = Vec::new(); // name, uid, created
+            let (mut created, mut deleted_uids, mut updates) = (0usize, Vec::new(), 0usize);
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(40) {
+                let name = format!("c-{created}");
+                let made = retry(async || pods.create(&PostParams::default(), &pod(&name, &[])).await).await;
+                let uid = match made {
+                    Ok(p) => p.metadata.uid.unwrap(),
+                    // Created before a crash cut the answer off.
+                    Err(kube::Error::Api(s)) if s.code == 409 => retry(async || pods.get(&name).await)
+                        .await
+                        .unwrap()
+                        .metadata
+                        .uid
+                        .unwrap(),
+                    Err(e) => panic!("create {name}: {e}"),
+                };
+                live.push((name, uid, Instant::now()));
+                created += 1;
+                if created % 3 == 0 {
+                    let (name, _, _) = &live[live.len() / 2];
+                    let patch = serde_json::json!({"metadata": {"labels": {"n": created.to_string()}}});
+                    retry(async || {
+                        pods.patch(
+                            name,
+                            &kube::api::PatchParams::default(),
+                            &kube::api::Patch::Merge(&patch),
+                        )
+                        .await
+                    })
+                    .await
+                    .unwrap();
+                    updates += 1;
+                }
+                // Delete pods that have lived for a while, so every pod exists
+                // long enough for a watcher to see it at least once.
+                if created % 2 == 0 && live[0].2.elapsed() > Duration::from_secs(10) {
+                    let (name, uid, _) = live.remove(0);
+                    match retry(async || pods.delete(&name, &DeleteParams::default()).await).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(s)) if s.code == 404 => {}
+                        Err(e) => panic!("delete {name}: {e}"),
+                    }
+                    deleted_uids.push(uid);
+                }
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+            (created, deleted_uids, updates)
+        }
+    };
+
+    // Kill the API server five times while that goes on.
+    let restarts = 5;
+    let crashes = async {
+        for _ in 0..restarts {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            plane.kill_apiserver();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            plane.start_apiserver("kube-apiserver", None, &[]).await;
+        }
+    };
+    let ((created, deleted_uids, updates), ()) = tokio::join!(churn, crashes);
+
+    // Settle: the logger's belief converges on the server's list.
+    let truth = server_uids(&c.client, &ns).await;
+    let start = Instant::now();
+    while believed_alive(&logger.event_lines(&ns)) != truth {
+        assert!(start.elapsed() < T, "the logger never converged\n{}", logger.dump());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let lines = logger.event_lines(&ns);
+    let t = tally(&lines);
+    let duplicates: u32 = t.values().map(|(a, d)| a.saturating_sub(1) + d.saturating_sub(1)).sum();
+    let lost_deletes = deleted_uids
+        .iter()
+        .filter(|u| t.get(*u).map(|x| x.1) != Some(1))
+        .count();
+    let never_added = created - t.values().filter(|(a, _)| *a == 1).count();
+    let watch_errors = logger
+        .lines()
+        .iter()
+        .filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("watch failed")))
+        .count();
+    println!(
+        "figures: restarts={restarts} pods_created={created} pods_deleted={} label_updates={updates} \
+         watch_errors_retried={watch_errors} lost={} duplicates={duplicates} alive_now={}",
+        deleted_uids.len(),
+        lost_deletes + never_added,
+        truth.len()
+    );
+    assert_eq!(duplicates, 0, "a uid got two onAdd or two onDelete\n{}", logger.dump());
+    assert_eq!(lost_deletes, 0, "a deleted pod did not get exactly one onDelete");
+    assert_eq!(never_added, 0, "a created pod never got its onAdd");
+    assert!(watch_errors >= restarts, "the restarts were not noticed");
+    assert!(logger.try_exit().is_none(), "the logger itself must never restart");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deletes_it_could_not_see_are_logged_after_the_relist() {
+    let plane = Plane::start("blind").await;
+    let c = &plane.cluster;
+    let ns = namespace(&c.client, "blind").await;
+    for i in 0..10 {
+        create(&c.client, &ns, &format!("p{i}"), &[]).await;
+    }
+    let logger = Logger::start(&c.kubeconfig, &["-n", &ns]);
+    logger.synced().await;
+    logger.wait_events(&ns, 10).await;
+
+    // The logger's API server goes away; a second one on the same etcd takes
+    // the changes and compacts etcd's history every second.
+    let port = free_port();
+    plane
+        .start_apiserver("second-apiserver", Some(port), &["--etcd-compaction-interval=1s"])
+        .await;
+    plane.kill_apiserver();
+    let second = plane.admin_client(&format!("https://127.0.0.1:{port}")).await;
+    for i in 0..5 {
+        delete(&second, &ns, &format!("p{i}")).await;
+    }
+    create(&second, &ns, "born-blind", &[]).await;
+    label(&second, &ns, "p5", "seen", "later").await;
+    // Enough writes and time for compaction to pass the logger's resourceVersion.
+    for i in 0..20 {
+        label(&second, &ns, "p6", "bump", &i.to_string()).await;
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    plane.start_apiserver("kube-apiserver", None, &[]).await;
+    let expected_deletes: Vec<String> = (0..5).map(|i| format!("onDelete: {ns}/p{i}")).collect();
+    let start = Instant::now();
+    while !expected_deletes.iter().all(|d| logger.events(&ns).contains(d)) {
+        assert!(start.elapsed() < T, "missed deletes were not logged\n{}", logger.dump());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let events = logger.wait_events(&ns, 10 + 5 + 1 + 2).await;
+    let after: BTreeSet<String> = events[10..].iter().cloned().collect();
+    let mut want: BTreeSet<String> = expected_deletes.into_iter().collect();
+    want.insert(format!("onAdd: {ns}/born-blind"));
+    want.insert(format!("onUpdate: {ns}/p5"));
+    want.insert(format!("onUpdate: {ns}/p6"));
+    assert_eq!(after, want, "{}", logger.dump());
+    assert_eq!(events.len(), 18, "each change exactly once: {events:?}");
+    // The watch's resourceVersion was compacted away: the server said 410 Gone.
+    let gone = logger.lines().into_iter().find(|v| {
+        v["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("watch failed") && m.contains("410"))
+    });
+    println!(
+        "figures: deletes_while_disconnected=5 logged_after_relist=5 compacted_watch={:?}",
+        gone.as_ref().map(|v| v["message"].clone())
+    );
+    assert!(
+        gone.is_some(),
+        "no 410 Gone from the compacted watch\n{}",
+        logger.dump()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_permission_backs_off_is_not_ready_and_syncs_once_granted() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "forbidden").await;
+    service_account(&c.client, &ns, "watcher").await;
+    let kc = token_kubeconfig(
+        &c.dir,
+        &format!("{ns}-watcher"),
+        &token(&c.client, &ns, "watcher").await,
+    );
+    let port = free_port();
+    let probe = format!("127.0.0.1:{port}");
+    let logger = Logger::start(&kc, &["-n", &ns, "--probe-addr", &probe]);
+
+    // The error names the permission, with the server's own reason.
+    let reason = format!(
+        "listing pods is forbidden: pods is forbidden: User \"system:serviceaccount:{ns}:watcher\" cannot list resource \
+         \"pods\" in API group \"\" in the namespace \"{ns}\" (grant get, list and watch on pods to this identity: see demo-controller.yaml)"
+    );
+    // Retries back off: 0.8 s, 1.6 s, 3.2 s, 6.4 s ... (capped at 30 s).
+    let start = Instant::now();
+    let failures = |l: &Logger| -> Vec<Value> {
+        l.lines()
+            .into_iter()
+            .filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("watch failed")))
+            .collect()
+    };
+    while failures(&logger).len() < 4 {
+        assert!(start.elapsed() < T, "{}", logger.dump());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let f = failures(&logger);
+    let delays: Vec<&str> = f.iter().take(4).map(|v| v["retry_in"].as_str().unwrap()).collect();
+    assert_eq!(delays, ["800ms", "1.6s", "3.2s", "6.4s"]);
+    assert_eq!(f[0]["message"], format!("watch failed: {reason}; retrying in 800ms"));
+    assert_eq!(f[0]["level"], "WARN");
+
+    // Not ready, and says why; alive all the same (a restart would not help).
+    let (status, body) = http_get(port, "/readyz");
+    assert_eq!(
+        (status, body.trim()),
+        (
+            503,
+            format!("cache not synced: the first list of pods has not succeeded yet: {reason}").as_str()
+        )
+    );
+    assert_eq!(http_get(port, "/healthz").0, 200);
+
+    // Grant the permission: it syncs without a restart.
+    create(&c.client, &ns, "waiting", &[]).await;
+    grant_pod_reading(&c.client, &ns, "watcher").await;
+    logger.wait_message("cache synced", T).await;
+    logger.wait_message(&format!("onAdd: {ns}/waiting"), T).await;
+    assert_eq!(http_get(port, "/readyz"), (200, "ok: cache synced\n".to_string()));
+    println!(
+        "figures: forbidden_retries_before_grant={} delays={delays:?}",
+        failures(&logger).len()
+    );
+}
+
+/// Creates `n` pods in `ns`, 32 requests at a time.
+async fn many_pods(client: &Client, ns: &str, n: usize) {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let pods = pods.clone();
+            async move {
+                pods.create(&PostParams::default(), &pod(&format!("b-{i}"), &[]))
+                    .await
+                    .expect("create")
+            }
+        })
+        .buffer_unordered(32)
+        .for_each(|_| async {})
+        .await;
+}
+
+async fn shutdown_under_backlog(pods: usize, slow: &str) -> (Logger, Duration, u64) {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "backlog").await;
+    many_pods(&c.client, &ns, pods).await;
+    let faults = format!("slow={slow}");
+    let mut logger = Logger::start_with(&c.kubeconfig, &["-n", &ns], &[("DEMO_CONTROLLER_FAULTS", &faults)]);
+    logger.synced().await;
+    logger.signal("TERM");
+    let sent = Instant::now();
+    let status = logger.wait_exit(Duration::from_secs(40)).await;
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(0), "{}", logger.dump());
+    let queued = logger
+        .lines()
+        .iter()
+        .find(|v| v["message"] == "shutting down: watch stopped, draining the queue")
+        .unwrap()["queued"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        queued >= 1000,
+        "thousands of keys should be queued at SIGTERM, were {queued}"
+    );
+    // Within Kubernetes' default 30 s grace period, or the kubelet would SIGKILL it.
+    assert!(took < Duration::from_secs(30), "shutdown took {took:?}");
+    let logged = logger.events(&ns).len();
+    println!("figures: pods={pods} slow={slow} queued_at_sigterm={queued} logged={logged} exit_after={took:?}");
+    (logger, took, queued)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_with_a_backlog_drains_it_and_exits_zero() {
+    let (logger, _, _) = shutdown_under_backlog(3000, "1ms").await;
+    let last = logger.lines().last().cloned().unwrap();
+    assert_eq!(
+        (last["message"].as_str(), last["left"].as_u64()),
+        (Some("shutdown complete"), Some(0))
+    );
+    // Drained: every pod of the initial list was logged.
+    let adds = logger
+        .lines()
+        .iter()
+        .filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("onAdd: ")))
+        .count();
+    assert_eq!(adds, 3000);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_with_a_backlog_too_big_to_drain_is_cut_cleanly() {
+    let (logger, _, queued) = shutdown_under_backlog(2000, "20ms").await;
+    let last = logger.lines().last().cloned().unwrap();
+    assert_eq!(
+        last["message"], "shutdown complete: drain timed out, the rest is dropped",
+        "{last}"
+    );
+    let left = last["left"].as_u64().unwrap();
+    let adds = logger
+        .lines()
+        .iter()
+        .filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("onAdd: ")))
+        .count() as u64;
+    assert!(left > 0 && left < queued, "left={left} queued={queued}");
+    // Every key was either logged or counted as left (2 more may have been in the workers' hands).
+    assert!(
+        adds + left <= 2000 && adds + left >= 2000 - 2,
+        "adds={adds} left={left}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_sync_is_retried_with_backoff_then_dropped_while_others_flow() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "failing").await;
+    let faults = format!("fail={ns}/bad");
+    let logger = Logger::start_with(&c.kubeconfig, &["-n", &ns], &[("DEMO_CONTROLLER_FAULTS", &faults)]);
+    logger.synced().await;
+    create(&c.client, &ns, "bad", &[]).await;
+    create(&c.client, &ns, "good", &[]).await;
+    let dropped = format!(
+        "dropping {ns}/bad from the queue after 5 failed syncs: injected failure for {ns}/bad (DEMO_CONTROLLER_FAULTS)"
+    );
+    let drop_line = logger.wait_message(&dropped, T).await;
+    assert_eq!(drop_line["level"], "ERROR");
+    let retries: Vec<Value> = logger
+        .lines()
+        .into_iter()
+        .filter(|v| {
+            v["message"]
+                == format!("sync failed, retrying with backoff: injected failure for {ns}/bad (DEMO_CONTROLLER_FAULTS)")
+        })
+        .collect();
+    let attempts: Vec<u64> = retries.iter().map(|v| v["attempts"].as_u64().unwrap()).collect();
+    assert_eq!(attempts, [1, 2, 3, 4]);
+    // Each retry waits at least its backoff: 5, 10, 20, 40 ms.
+    let at = |v: &Value| chrono_ms(v["timestamp"].as_str().unwrap());
+    let mut times: Vec<f64> = retries.iter().map(at).collect();
+    times.push(at(&drop_line));
+    for (i, pair) in times.windows(2).enumerate() {
+        let min = 5.0 * f64::from(1 << i);
+        assert!(
+            pair[1] - pair[0] >= min,
+            "retry {} came after {:.1} ms, before its {min} ms backoff",
+            i + 1,
+            pair[1] - pair[0]
+        );
+    }
+    // Every other key keeps flowing.
+    logger.wait_message(&format!("onAdd: {ns}/good"), T).await;
+    label(&c.client, &ns, "good", "still", "flowing").await;
+    logger.wait_message(&format!("onUpdate: {ns}/good"), T).await;
+    assert!(!logger.events(&ns).contains(&format!("onAdd: {ns}/bad")));
+    let gaps: Vec<String> = times.windows(2).map(|p| format!("{:.1}ms", p[1] - p[0])).collect();
+    println!("figures: attempts=5 retry_gaps={gaps:?}");
+}
+
+/// Milliseconds since midnight of an RFC 3339 timestamp such as
+/// 2026-11-21T15:13:37.489269Z (enough to compare lines of one test).
+fn chrono_ms(ts: &str) -> f64 {
+    let time = ts.split('T').nth(1).unwrap().trim_end_matches('Z');
+    let parts: Vec<f64> = time.split(':').map(|p| p.parse().unwrap()).collect();
+    (parts[0] * 3600.0 + parts[1] * 60.0 + parts[2]) * 1000.0
+}

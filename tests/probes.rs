@@ -1,0 +1,163 @@
+//! /readyz, /healthz and /metrics of the running binary. (Readiness held back
+//! by a missing permission is in faults.rs, with the backoff it shows.)
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const T: Duration = Duration::from_secs(30);
+
+/// The value of one sample of a Prometheus text page.
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_exactly_what_happened() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "metrics").await;
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let logger = Logger::start(&c.kubeconfig, &["-n", &ns, "--metrics-addr", &addr, "--resync", "0"]);
+    logger.synced().await;
+    for name in ["a", "b", "c"] {
+        create(&c.client, &ns, name, &[]).await;
+    }
+    logger.wait_events(&ns, 3).await;
+    label(&c.client, &ns, "a", "x", "1").await;
+    logger.wait_events(&ns, 4).await;
+    set_phase(&c.client, &ns, "b", "Running").await;
+    logger.wait_events(&ns, 5).await;
+    delete(&c.client, &ns, "c").await;
+    logger.wait_events(&ns, 6).await;
+
+    let (status, page) = http_get(port, "/metrics");
+    assert_eq!(status, 200);
+    // Every logged line is counted, terminating updates included.
+    let terminating = logger.lines().iter().filter(|v| v["changes"] == "terminating").count() as f64;
+    assert_eq!(
+        sample(&page, "demo_controller_events_total{kind=\"onAdd\"}"),
+        Some(3.0),
+        "{page}"
+    );
+    assert_eq!(
+        sample(&page, "demo_controller_events_total{kind=\"onUpdate\"}"),
+        Some(2.0 + terminating)
+    );
+    assert_eq!(
+        sample(&page, "demo_controller_events_total{kind=\"onDelete\"}"),
+        Some(1.0)
+    );
+    assert_eq!(sample(&page, "demo_controller_cache_pods"), Some(2.0));
+    assert_eq!(sample(&page, "demo_controller_relists_total"), Some(1.0));
+    assert_eq!(sample(&page, "demo_controller_resyncs_total"), Some(0.0));
+    assert_eq!(sample(&page, "demo_controller_watch_errors_total"), Some(0.0));
+    assert_eq!(sample(&page, "workqueue_depth{name=\"pods\"}"), Some(0.0));
+    // Each of the 6 (+terminating) changes was one add to the queue and one sync.
+    let changes = 6.0 + terminating;
+    assert_eq!(sample(&page, "workqueue_adds_total{name=\"pods\"}"), Some(changes));
+    assert_eq!(
+        sample(&page, "workqueue_work_duration_seconds_count{name=\"pods\"}"),
+        Some(changes)
+    );
+    assert_eq!(
+        sample(&page, "workqueue_queue_duration_seconds_count{name=\"pods\"}"),
+        Some(changes)
+    );
+    assert_eq!(sample(&page, "workqueue_retries_total{name=\"pods\"}"), Some(0.0));
+    assert_eq!(
+        sample(&page, "workqueue_unfinished_work_seconds{name=\"pods\"}"),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&page, "workqueue_longest_running_processor_seconds{name=\"pods\"}"),
+        Some(0.0)
+    );
+    for family in [
+        "# TYPE workqueue_queue_duration_seconds histogram",
+        "# TYPE workqueue_work_duration_seconds histogram",
+        "# TYPE workqueue_adds counter",
+        "# TYPE workqueue_depth gauge",
+    ] {
+        assert!(page.contains(family), "missing {family}\n{page}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_is_200_after_sync_and_healthz_fails_on_a_stuck_worker() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "stuck").await;
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let faults = format!("stall={ns}/stuck");
+    let logger = Logger::start_with(
+        &c.kubeconfig,
+        &[
+            "-n",
+            &ns,
+            "--probe-addr",
+            &addr,
+            "--metrics-addr",
+            &addr,
+            "--stuck-after",
+            "2s",
+            "--workers",
+            "2",
+        ],
+        &[("DEMO_CONTROLLER_FAULTS", &faults)],
+    );
+    logger.synced().await;
+    assert_eq!(http_get(port, "/readyz"), (200, "ok: cache synced\n".into()));
+    assert_eq!(http_get(port, "/healthz"), (200, "ok\n".into()));
+    create(&c.client, &ns, "stuck", &[]).await;
+    let start = Instant::now();
+    let body = loop {
+        let (status, body) = http_get(port, "/healthz");
+        if status == 503 {
+            break body;
+        }
+        assert!(start.elapsed() < T, "/healthz never failed\n{}", logger.dump());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let prefix = format!("a worker is stuck on {ns}/stuck for ");
+    assert!(body.starts_with(&prefix) && body.ends_with("s (limit 2s)\n"), "{body}");
+    // The other worker still serves other keys; readiness is unaffected.
+    create(&c.client, &ns, "free", &[]).await;
+    logger.wait_message(&format!("onAdd: {ns}/free"), T).await;
+    assert_eq!(http_get(port, "/readyz").0, 200);
+    let (_, page) = http_get(port, "/metrics");
+    assert!(
+        sample(&page, "workqueue_longest_running_processor_seconds{name=\"pods\"}").unwrap() > 2.0,
+        "{page}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn healthz_stays_200_while_the_apiserver_is_down() {
+    let plane = Plane::start("probes-down").await;
+    let c = &plane.cluster;
+    let ns = namespace(&c.client, "outage").await;
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let logger = Logger::start(&c.kubeconfig, &["-n", &ns, "--probe-addr", &addr]);
+    logger.synced().await;
+    plane.kill_apiserver();
+    logger
+        .wait_for("a watch error", T, |v| {
+            v["message"].as_str().is_some_and(|m| m.starts_with("watch failed"))
+        })
+        .await;
+    // An outage is not the logger's illness: a restart would not help.
+    for _ in 0..5 {
+        assert_eq!(http_get(port, "/healthz"), (200, "ok\n".into()));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    plane.start_apiserver("kube-apiserver", None, &[]).await;
+    create(&c.client, &ns, "after", &[]).await;
+    logger.wait_message(&format!("onAdd: {ns}/after"), T).await;
+    assert_eq!(http_get(port, "/healthz").0, 200);
+    assert_eq!(http_get(port, "/readyz").0, 200);
+}
