@@ -117,12 +117,14 @@ impl Controller {
         info!(queued, "shutting down: watch stopped, draining the queue");
         self.queue.shut_down();
         let drained = tokio::time::timeout(DRAIN_TIMEOUT, async { while workers.join_next().await.is_some() {} }).await;
-        match drained {
-            Ok(()) => info!(left = 0, "shutdown complete"),
-            Err(_) => warn!(
-                left = self.queue.len(),
-                "shutdown complete: drain timed out, the rest is dropped"
-            ),
+        if drained.is_ok() {
+            info!(left = 0, "shutdown complete");
+        } else {
+            // Stop the workers at their next await (never inside a sync: it
+            // does not await), so no line follows this last one.
+            workers.shutdown().await;
+            let left = self.queue.len() + self.queue.in_flight().len();
+            warn!(left, "shutdown complete: drain timed out, the rest is dropped");
         }
     }
 

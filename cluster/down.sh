@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Stops the local control plane that cluster/up.sh started in DIR and removes
+# DIR. Stops every kube-apiserver first (the one up.sh started and any extra
+# one started from DIR/kube-apiserver.sh), then etcd, so no apiserver ever
+# runs against a vanished etcd. Each gets SIGTERM, then SIGKILL after 10 s.
+#
+# Usage: cluster/down.sh [--dir DIR]     (DIR defaults to <repo>/target/local-cluster)
+#
+# Idempotent: without DIR it does nothing and exits 0.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname "$here")
+
+usage() { echo "usage: $0 [--dir DIR]" >&2; exit 2; }
+dir=$repo/target/local-cluster
+while (($#)); do
+	case $1 in
+	--dir) (($# >= 2)) || usage; dir=$2; shift 2 ;;
+	--dir=*) dir=${1#--dir=}; shift ;;
+	-h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2; exit 0 ;;
+	*) usage ;;
+	esac
+done
+
+log() { echo "down.sh: $*" >&2; }
+
+[[ -e $dir ]] || exit 0
+dir=$(cd "$dir" && pwd)
+
+# DIR is removed recursively at the end: refuse a directory that up.sh did not
+# make (a mistyped --dir must not wipe anything else).
+if [[ -n $(ls -A "$dir") && ! -e $dir/pki && ! -e $dir/etcd.sh && ! -e $dir/kube-apiserver.sh && ! -e $dir/env ]]; then
+	log "error: $dir does not look like a local cluster directory made by up.sh; not touching it"
+	exit 1
+fi
+
+# Same lock as up.sh (see there), unless up.sh is our caller and holds it.
+held_by_caller=0
+[[ ${LOCAL_CLUSTER_LOCK_HELD:-} == "$dir" ]] && held_by_caller=1
+while ((!held_by_caller)); do
+	{ exec 9<"$dir"; } 2>/dev/null || exit 0 # removed meanwhile: nothing left to do
+	flock 9
+	[[ $(stat -Lc %d:%i "/proc/$$/fd/9") == "$(stat -c %d:%i "$dir" 2>/dev/null)" ]] && break
+	exec 9<&-
+done
+
+# alive PID: running, not a zombie waiting for its parent to reap it.
+alive() {
+	local stat
+	read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
+	stat=${stat##*) } # the state follows the command name, which may hold spaces
+	[[ -n $stat && ${stat%% *} != Z ]]
+}
+
+# ours PID: a live process whose command line names DIR, so a pid file holding
+# a recycled pid never gets an unrelated process killed.
+ours() {
+	alive "$1" && tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | grep -qF -- "$dir/"
+}
+
+# stop PID...: SIGTERM, up to 10 s to exit, then SIGKILL.
+stop() {
+	local pid deadline
+	(($#)) || return 0
+	kill -TERM "$@" 2>/dev/null || true
+	deadline=$((SECONDS + 10))
+	for pid in "$@"; do
+		while alive "$pid" && ((SECONDS < deadline)); do sleep 0.1; done
+		if alive "$pid"; then
+			log "pid $pid ignored SIGTERM for 10 s; killing it"
+			kill -KILL "$pid" 2>/dev/null || true
+		fi
+	done
+}
+
+apiservers=() etcds=()
+# The pid files: DIR/etcd.pid, DIR/kube-apiserver.pid, and whatever pid files
+# tests wrote for extra apiservers.
+for f in "$dir"/*.pid; do
+	[[ -f $f ]] || continue
+	pid=$(cat "$f" 2>/dev/null) || continue
+	[[ $pid =~ ^[0-9]+$ ]] && ours "$pid" || continue
+	if [[ $(basename "$f") == etcd.pid ]]; then etcds+=("$pid"); else apiservers+=("$pid"); fi
+done
+# Plus any etcd or kube-apiserver running with this DIR's files whose pid was
+# never written down (a test that forgot, an up.sh killed with SIGKILL), so
+# removing DIR never leaves one running without its files.
+for p in /proc/[0-9]*; do
+	pid=${p#/proc/}
+	((pid != $$)) || continue
+	argv0=
+	read -r -d '' argv0 2>/dev/null <"$p/cmdline" || true
+	case ${argv0##*/} in
+	kube-apiserver) list=apiservers ;;
+	etcd) list=etcds ;;
+	*) continue ;;
+	esac
+	ours "$pid" || continue
+	declare -n ref=$list
+	[[ " ${ref[*]-} " == *" $pid "* ]] || ref+=("$pid")
+	unset -n ref
+done
+
+if ((${#etcds[@]} == 0 && ${#apiservers[@]} > 0)); then
+	# Without its etcd a kube-apiserver spends about 11 s in a graceful
+	# shutdown (measured, v1.35), and DIR's data is thrown away anyway.
+	kill -KILL "${apiservers[@]}" 2>/dev/null || true
+fi
+stop ${apiservers[@]+"${apiservers[@]}"}
+stop ${etcds[@]+"${etcds[@]}"}
+if ((held_by_caller)); then
+	# up.sh's lock is on DIR itself: empty it, keep the directory.
+	find "$dir" -mindepth 1 -delete
+	log "stopped ${#apiservers[@]} kube-apiserver and ${#etcds[@]} etcd process(es); emptied $dir"
+else
+	rm -rf "$dir"
+	log "stopped ${#apiservers[@]} kube-apiserver and ${#etcds[@]} etcd process(es); removed $dir"
+fi

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every test, unit and end-to-end, against a real local control plane:
+# builds (or reuses) kube-apiserver and etcd, starts them, runs `cargo test`,
+# and always stops them again, whatever happens.
+#
+# Usage: cluster/test.sh [extra cargo test arguments]
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+
+if ! command -v cargo >/dev/null 2>&1; then
+	echo "error: cargo is not installed: install Rust 1.89 or newer (https://rustup.rs) and run this again" >&2
+	exit 1
+fi
+
+dir=$repo/target/test-cluster
+# Stop the shared control plane and any a test started for itself (tests that
+# crash an API server get their own under target/test-planes/), even when a
+# test process died before its own cleanup ran.
+cleanup() {
+	bash "$repo/cluster/down.sh" --dir "$dir"
+	for plane in "$repo"/target/test-planes/*/; do
+		[[ -d $plane ]] && bash "$repo/cluster/down.sh" --dir "$plane"
+	done
+	return 0
+}
+trap cleanup EXIT INT TERM
+
+# The control plane first (a cold build of it takes minutes), then the tests.
+bash cluster/up.sh --dir "$dir" >/dev/null
+export DEMO_CONTROLLER_TEST_CLUSTER=$dir
+cargo test --locked "$@"
