@@ -36,9 +36,10 @@ use crate::controller::{Controller, Settings};
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse_or_exit();
-    init_logging(args.log_format);
+    // Held until main returns: dropping it flushes the last log lines.
+    let _logs = init_logging(args.log_format);
     let shutdown = CancellationToken::new();
-    tokio::spawn(handle_signals(shutdown.clone()));
+    let second_signal = tokio::spawn(handle_signals(shutdown.clone()));
 
     // Fatal start-up problems (no kubeconfig, unknown context, server not
     // there) get one line on stderr and exit code 1.
@@ -90,8 +91,15 @@ async fn main() -> ExitCode {
         eprintln!("error: {err}");
         return ExitCode::FAILURE;
     }
-    controller.run(shutdown).await;
-    ExitCode::SUCCESS
+    tokio::select! {
+        _ = controller.run(shutdown) => ExitCode::SUCCESS,
+        // A second signal: give up on the drain, exit at once (130, as a shell
+        // reports an interrupted command).
+        Ok(name) = second_signal => {
+            warn!(signal = name, "received {name} again: exiting at once");
+            ExitCode::from(130)
+        }
+    }
 }
 
 fn fatal(err: client::ClientError) -> ExitCode {
@@ -101,38 +109,46 @@ fn fatal(err: client::ClientError) -> ExitCode {
 
 /// Logs go to stdout. `RUST_LOG` overrides the default: our own lines at info
 /// and the libraries' at warn, so the lesson is not drowned in HTTP chatter.
-fn init_logging(format: LogFormat) {
+///
+/// A background thread does the writing, so a worker never waits on a slow
+/// terminal or log pipe. It is not lossy: when its buffer is full, logging
+/// waits rather than drops a line.
+fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
+    let (stdout, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .finish(std::io::stdout());
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,demo_controller=info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_writer(stdout);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
+    guard
 }
 
-/// SIGINT or SIGTERM starts a graceful shutdown; a second one exits at once
-/// (for when you do not want to wait for the drain). The handlers are
-/// installed once, at start-up, so no signal falls between two of them.
-async fn handle_signals(shutdown: CancellationToken) {
+/// SIGINT or SIGTERM starts a graceful shutdown; returns (with its name) on a
+/// second one, for when you do not want to wait for the drain. The handlers
+/// are installed once, at start-up, so no signal falls between two of them.
+async fn handle_signals(shutdown: CancellationToken) -> &'static str {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
         warn!("cannot install signal handlers: stop demo-controller with SIGKILL");
-        return;
+        return std::future::pending().await;
     };
-    for round in 0..2 {
-        let name = tokio::select! {
+    let mut next = async || {
+        tokio::select! {
             _ = int.recv() => "SIGINT",
             _ = term.recv() => "SIGTERM",
-        };
-        if round == 0 {
-            info!(
-                signal = name,
-                "received {name}: shutting down (send it again to exit at once)"
-            );
-            shutdown.cancel();
-        } else {
-            warn!(signal = name, "received {name} again: exiting at once");
-            std::process::exit(130);
         }
-    }
+    };
+    let name = next().await;
+    info!(
+        signal = name,
+        "received {name}: shutting down (send it again to exit at once)"
+    );
+    shutdown.cancel();
+    next().await
 }
