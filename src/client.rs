@@ -16,7 +16,36 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+use kube::runtime::watcher;
 use kube::{Api, Client, Config};
+
+/// One line for a watch error, with the server's own reason and a hint where
+/// we know the fix.
+pub fn describe(error: &watcher::Error) -> String {
+    let source = match error {
+        watcher::Error::InitialListFailed(e) => ("listing pods", e),
+        watcher::Error::WatchStartFailed(e) => ("starting the watch", e),
+        watcher::Error::WatchFailed(e) => ("watching", e),
+        watcher::Error::WatchError(status) => {
+            return format!(
+                "the watch was closed by the server: {} ({}, {})",
+                status.message, status.reason, status.code
+            );
+        }
+        watcher::Error::NoResourceVersion => return error.to_string(),
+    };
+    match source.1 {
+        kube::Error::Api(status) if status.code == 403 => format!(
+            "{} is forbidden: {} (grant get, list and watch on pods to this identity: see demo-controller.yaml)",
+            source.0, status.message
+        ),
+        kube::Error::Api(status) => format!(
+            "{} failed: {} ({}, {})",
+            source.0, status.message, status.reason, status.code
+        ),
+        other => format!("{} failed: {}", source.0, chain(other)),
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

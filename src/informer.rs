@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, ResourceExt};
@@ -172,40 +172,6 @@ impl Cache {
     }
 }
 
-/// Drops what we never log before it reaches the store: the cache then holds a
-/// few hundred bytes per pod instead of several KiB (`managedFields` alone is
-/// often half of a pod). Kept: name, namespace, uid and resourceVersion (the
-/// cache and the worker need them) and every field the log lines show.
-pub fn prune(pod: &mut Pod) {
-    let meta = &mut pod.metadata;
-    meta.managed_fields = None;
-    meta.annotations = None;
-    meta.owner_references = None;
-    meta.finalizers = None;
-    let node_name = pod.spec.as_mut().and_then(|spec| spec.node_name.take());
-    pod.spec = Some(PodSpec {
-        node_name,
-        ..PodSpec::default()
-    });
-    if let Some(status) = pod.status.take() {
-        let mut containers = status.container_statuses.unwrap_or_default();
-        for c in &mut containers {
-            // Keep name, ready and restartCount; drop image, state and the rest.
-            *c = k8s_openapi::api::core::v1::ContainerStatus {
-                name: std::mem::take(&mut c.name),
-                ready: c.ready,
-                restart_count: c.restart_count,
-                ..Default::default()
-            };
-        }
-        pod.status = Some(PodStatus {
-            phase: status.phase,
-            container_statuses: Some(containers).filter(|c| !c.is_empty()),
-            ..PodStatus::default()
-        });
-    }
-}
-
 /// Runs the watch until `shutdown`: list, watch, relist on expiry, and hand
 /// every changed key to the queue.
 ///
@@ -236,13 +202,13 @@ pub async fn run(
                     backoff.reset();
                     probes::watch_error(None);
                 }
-                for key in cache.apply(event.modify(prune)) {
+                for key in cache.apply(event.modify(crate::pod::prune)) {
                     queue.add(key);
                 }
                 metrics::cache_pods(cache.store().len());
             }
             Some(Err(error)) => {
-                let (delay, reason) = (backoff.next_delay(), describe(&error));
+                let (delay, reason) = (backoff.next_delay(), crate::client::describe(&error));
                 warn!(retry_in = ?delay, "watch failed: {reason}; retrying in {delay:?}");
                 metrics::watch_error();
                 probes::watch_error(Some(reason));
@@ -279,38 +245,9 @@ impl Backoff {
     }
 }
 
-/// One line for a watch error, with the server's own reason and a hint where
-/// we know the fix.
-pub fn describe(error: &watcher::Error) -> String {
-    let source = match error {
-        watcher::Error::InitialListFailed(e) => ("listing pods", e),
-        watcher::Error::WatchStartFailed(e) => ("starting the watch", e),
-        watcher::Error::WatchFailed(e) => ("watching", e),
-        watcher::Error::WatchError(status) => {
-            return format!(
-                "the watch was closed by the server: {} ({}, {})",
-                status.message, status.reason, status.code
-            );
-        }
-        watcher::Error::NoResourceVersion => return error.to_string(),
-    };
-    match source.1 {
-        kube::Error::Api(status) if status.code == 403 => format!(
-            "{} is forbidden: {} (grant get, list and watch on pods to this identity: see demo-controller.yaml)",
-            source.0, status.message
-        ),
-        kube::Error::Api(status) => format!(
-            "{} failed: {} ({}, {})",
-            source.0, status.message, status.reason, status.code
-        ),
-        other => format!("{} failed: {}", source.0, crate::client::chain(other)),
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::ContainerStatus;
     use kube::api::ObjectMeta;
 
     pub(crate) fn pod(ns: &str, name: &str, uid: &str, rv: &str) -> Pod {
@@ -398,47 +335,6 @@ pub(crate) mod tests {
         assert!(
             cache.read(&key("a", "p")).tombstones.is_empty(),
             "tombstones are taken once"
-        );
-    }
-
-    #[test]
-    fn prune_keeps_what_the_log_shows_and_drops_the_rest() {
-        let mut p = pod("a", "p", "u1", "7");
-        p.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
-        p.metadata.annotations = Some([("big".to_string(), "x".repeat(4096))].into());
-        p.metadata.managed_fields = Some(vec![Default::default()]);
-        p.spec = Some(PodSpec {
-            node_name: Some("n1".into()),
-            containers: vec![Default::default()],
-            ..Default::default()
-        });
-        p.status = Some(PodStatus {
-            phase: Some("Running".into()),
-            container_statuses: Some(vec![ContainerStatus {
-                name: "c".into(),
-                image: "registry/image:tag".into(),
-                ready: true,
-                restart_count: 2,
-                ..Default::default()
-            }]),
-            host_ip: Some("10.0.0.1".into()),
-            ..Default::default()
-        });
-        prune(&mut p);
-        assert_eq!(p.uid().as_deref(), Some("u1"));
-        assert_eq!(p.resource_version().as_deref(), Some("7"));
-        assert_eq!(p.labels().get("app").map(String::as_str), Some("web"));
-        assert!(p.metadata.annotations.is_none() && p.metadata.managed_fields.is_none());
-        let spec = p.spec.as_ref().unwrap();
-        assert_eq!(spec.node_name.as_deref(), Some("n1"));
-        assert!(spec.containers.is_empty());
-        let status = p.status.as_ref().unwrap();
-        assert_eq!(status.phase.as_deref(), Some("Running"));
-        assert!(status.host_ip.is_none());
-        let c = &status.container_statuses.as_ref().unwrap()[0];
-        assert_eq!(
-            (c.name.as_str(), c.ready, c.restart_count, c.image.as_str()),
-            ("c", true, 2, "")
         );
     }
 

@@ -10,13 +10,20 @@
 //! queue.rs       the de-duplicating, rate-limited work queue
 //! worker.rs      the sync handler: cache vs last logged -> onAdd/onUpdate/onDelete
 //! ```
+//!
+//! Around that core, one concept each: pod.rs (what of a pod we keep and
+//! show), cli.rs (flags), client.rs (kubeconfig and clear errors), logging.rs,
+//! probes.rs (/readyz, /healthz), metrics.rs (/metrics) and faults.rs (the
+//! test seam).
 
 mod cli;
 mod client;
 mod controller;
 mod faults;
 mod informer;
+mod logging;
 mod metrics;
+mod pod;
 mod probes;
 mod queue;
 mod worker;
@@ -28,16 +35,15 @@ use kube::Api;
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
-use tracing_subscriber::EnvFilter;
 
-use crate::cli::{Args, LogFormat};
+use crate::cli::Args;
 use crate::controller::{Controller, Settings};
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse_or_exit();
     // Held until main returns: dropping it flushes the last log lines.
-    let _logs = init_logging(args.log_format);
+    let _logs = logging::init(args.log_format);
     let shutdown = CancellationToken::new();
     let second_signal = tokio::spawn(handle_signals(shutdown.clone()));
 
@@ -61,10 +67,7 @@ async fn main() -> ExitCode {
 
     let faults = match faults::Faults::from_env() {
         Ok(faults) => faults,
-        Err(err) => {
-            eprintln!("error: {err}");
-            return ExitCode::FAILURE;
-        }
+        Err(err) => return fatal(err),
     };
     let settings = Settings {
         workers: args.workers,
@@ -88,8 +91,7 @@ async fn main() -> ExitCode {
     )
     .await
     {
-        eprintln!("error: {err}");
-        return ExitCode::FAILURE;
+        return fatal(err);
     }
     tokio::select! {
         _ = controller.run(shutdown) => ExitCode::SUCCESS,
@@ -102,31 +104,10 @@ async fn main() -> ExitCode {
     }
 }
 
-fn fatal(err: client::ClientError) -> ExitCode {
+/// One line on stderr, exit code 1: for what makes running pointless.
+fn fatal(err: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {err}");
     ExitCode::FAILURE
-}
-
-/// Logs go to stdout. `RUST_LOG` overrides the default: our own lines at info
-/// and the libraries' at warn, so the lesson is not drowned in HTTP chatter.
-///
-/// A background thread does the writing, so a worker never waits on a slow
-/// terminal or log pipe. It is not lossy: when its buffer is full, logging
-/// waits rather than drops a line.
-fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
-    let (stdout, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .finish(std::io::stdout());
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,demo_controller=info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .with_writer(stdout);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
-    guard
 }
 
 /// SIGINT or SIGTERM starts a graceful shutdown; returns (with its name) on a

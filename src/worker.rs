@@ -6,92 +6,13 @@
 //! an event's kind (add, update, delete), because dedup merges events and a
 //! relist or resync replays them; a comparison of states is always right.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
 use tracing::{debug, info};
 
 use crate::informer::{Cache, Key};
-
-/// The small summary of a pod that the worker remembers and compares. It is
-/// copied out of the cache: the cache's `Arc<Pod>` is shared with the
-/// informer and must never be changed (Rust enforces it, client-go only asks).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PodState {
-    pub uid: String,
-    pub resource_version: String,
-    pub phase: String,
-    pub node: String,
-    pub ready: usize,
-    pub containers: usize,
-    pub restarts: i64,
-    pub labels: BTreeMap<String, String>,
-    /// `deletionTimestamp` is set: the pod is being deleted (kubectl's
-    /// "Terminating"); the API server removes it once its containers stopped.
-    pub terminating: bool,
-}
-
-impl PodState {
-    pub fn of(pod: &Pod) -> PodState {
-        let status = pod.status.as_ref();
-        let containers = status.and_then(|s| s.container_statuses.as_deref()).unwrap_or_default();
-        PodState {
-            uid: pod.uid().unwrap_or_default(),
-            resource_version: pod.resource_version().unwrap_or_default(),
-            phase: status.and_then(|s| s.phase.clone()).unwrap_or_else(|| "Unknown".into()),
-            node: pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default(),
-            ready: containers.iter().filter(|c| c.ready).count(),
-            containers: containers.len(),
-            restarts: containers.iter().map(|c| i64::from(c.restart_count)).sum(),
-            labels: pod.labels().clone(),
-            terminating: pod.metadata.deletion_timestamp.is_some(),
-        }
-    }
-
-    /// What changed from `self` to `new`, for the onUpdate line.
-    pub fn diff(&self, new: &PodState) -> String {
-        let mut changes = Vec::new();
-        if new.terminating && !self.terminating {
-            changes.push("terminating".to_string());
-        }
-        if self.phase != new.phase {
-            changes.push(format!("phase {} -> {}", self.phase, new.phase));
-        }
-        if self.node != new.node {
-            changes.push(format!("node {} -> {}", or_none(&self.node), or_none(&new.node)));
-        }
-        if (self.ready, self.containers) != (new.ready, new.containers) {
-            changes.push(format!(
-                "ready {}/{} -> {}/{}",
-                self.ready, self.containers, new.ready, new.containers
-            ));
-        }
-        if self.restarts != new.restarts {
-            changes.push(format!("restarts {} -> {}", self.restarts, new.restarts));
-        }
-        for (k, v) in &new.labels {
-            match self.labels.get(k) {
-                None => changes.push(format!("label +{k}={v}")),
-                Some(old) if old != v => changes.push(format!("label {k}={old} -> {k}={v}")),
-                Some(_) => {}
-            }
-        }
-        for k in self.labels.keys().filter(|k| !new.labels.contains_key(*k)) {
-            changes.push(format!("label -{k}"));
-        }
-        if changes.is_empty() {
-            // Something we do not summarise (an annotation, a condition...).
-            changes.push("other fields".into());
-        }
-        changes.join(", ")
-    }
-}
-
-fn or_none(s: &str) -> &str {
-    if s.is_empty() { "<none>" } else { s }
-}
+use crate::pod::PodState;
 
 /// One line of output, before it is logged.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -165,6 +86,8 @@ impl Worker {
         let snapshot = self.cache.read(key);
         let current = snapshot.current.as_deref().map(PodState::of);
         let tombstones: Vec<PodState> = snapshot.tombstones.iter().map(|p| PodState::of(p)).collect();
+        // Only the pod in the cache now can be one from the initial list.
+        let initial_uid = current.as_ref().filter(|_| snapshot.initial).map(|p| p.uid.clone());
         let mut last = self.last.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let changes = decide(last.get(key), &tombstones, current.as_ref());
         match current {
@@ -176,14 +99,10 @@ impl Worker {
             debug!(%key, "no change (resync or a merged add+delete already logged)");
         }
         for change in &changes {
-            // The last Add is of the pod in the cache now; only that one can
-            // be from the initial list.
-            let initial = snapshot.initial
-                && matches!(change, Change::Add(p) if Some(&p.uid) == snapshot.current.as_ref().and_then(|c| c.metadata.uid.as_ref()));
-            if initial && self.skip_existing {
-                continue;
+            let initial = matches!(change, Change::Add(p) if Some(&p.uid) == initial_uid.as_ref());
+            if !(initial && self.skip_existing) {
+                log(key, change, initial);
             }
-            log(key, change, initial);
         }
         changes
     }
@@ -227,6 +146,7 @@ fn log(key: &Key, change: &Change, initial: bool) {
 mod tests {
     use super::*;
     use crate::informer::tests::pod;
+    use k8s_openapi::api::core::v1::Pod;
     use kube::runtime::watcher::Event;
 
     fn state(uid: &str, rv: &str) -> PodState {
@@ -313,31 +233,6 @@ mod tests {
     fn a_tombstone_of_a_pod_still_present_is_ignored() {
         let p = state("u1", "3");
         assert_eq!(decide(Some(&state("u1", "1")), &[state("u1", "2")], Some(&p)).len(), 1);
-    }
-
-    #[test]
-    fn diff_names_every_summarised_change() {
-        let old = PodState {
-            phase: "Pending".into(),
-            containers: 1,
-            labels: [("app".into(), "a".into()), ("gone".into(), "x".into())].into(),
-            ..Default::default()
-        };
-        let new = PodState {
-            phase: "Running".into(),
-            node: "n1".into(),
-            ready: 1,
-            containers: 1,
-            restarts: 2,
-            labels: [("app".into(), "b".into()), ("tier".into(), "web".into())].into(),
-            terminating: true,
-            ..Default::default()
-        };
-        assert_eq!(
-            old.diff(&new),
-            "terminating, phase Pending -> Running, node <none> -> n1, ready 0/1 -> 1/1, restarts 0 -> 2, label app=a -> app=b, label +tier=web, label -gone"
-        );
-        assert_eq!(old.diff(&old), "other fields");
     }
 
     // The worker fed with synthetic watcher events through a real Store.
