@@ -78,7 +78,9 @@ async fn main() -> ExitCode {
     info!(
         namespace = args.namespace.as_deref().unwrap_or("<all>"),
         selector = args.selector.as_deref().unwrap_or(""),
-        resync = ?settings.resync,
+        resync = settings
+            .resync
+            .map_or("off".into(), |d| humantime::format_duration(d).to_string()),
         workers = settings.workers,
         "demo-controller starting"
     );

@@ -170,7 +170,8 @@ impl QueueMetrics {
     }
     /// `running`: how long each key in progress has been held.
     pub fn in_flight(&self, running: &[Duration]) {
-        let total: f64 = running.iter().map(Duration::as_secs_f64).sum();
+        // A fold from +0.0: an empty float `sum()` is -0.0, which would print as such.
+        let total = running.iter().map(Duration::as_secs_f64).fold(0.0, |a, b| a + b);
         let longest = running.iter().max().copied().unwrap_or_default().as_secs_f64();
         METRICS.unfinished_work.get_or_create(&self.labels).set(total);
         METRICS.longest_running.get_or_create(&self.labels).set(longest);
