@@ -1,0 +1,120 @@
+//! What the container image and the manifest depend on, checked without a
+//! container engine: the Dockerfile copies files that exist and ships the
+//! binary this crate builds, and the Dockerfile, demo-controller.yaml, the
+//! Makefile and the binary's defaults agree with each other.
+
+mod common;
+
+use std::path::Path;
+
+use serde_json::Value;
+
+fn read(file: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).expect(file)
+}
+
+fn deployment() -> Value {
+    common::manifest()
+        .into_iter()
+        .find(|o| o["kind"] == "Deployment")
+        .expect("a Deployment")
+}
+
+#[test]
+fn the_dockerfile_copies_what_exists_and_ships_this_binary() {
+    let dockerfile = read("Dockerfile");
+    for line in dockerfile
+        .lines()
+        .filter(|l| l.starts_with("COPY ") && !l.contains("--from="))
+    {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        for source in &parts[1..parts.len() - 1] {
+            assert!(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join(source).exists(),
+                "Dockerfile copies missing {source}"
+            );
+        }
+    }
+    assert!(dockerfile.contains("cargo build --release --locked"));
+    let binary = format!("/src/target/release/{}", env!("CARGO_PKG_NAME"));
+    assert!(dockerfile.contains(&binary), "the runtime stage must copy {binary}");
+    let entry = dockerfile
+        .lines()
+        .find(|l| l.starts_with("ENTRYPOINT"))
+        .expect("ENTRYPOINT");
+    assert!(
+        entry.contains(&format!("/usr/local/bin/{}", env!("CARGO_PKG_NAME"))),
+        "{entry}"
+    );
+    // The build image's toolchain is the one the crate allows.
+    let from = dockerfile
+        .lines()
+        .find(|l| l.starts_with("FROM rust:"))
+        .expect("a rust build stage");
+    let version = from.trim_start_matches("FROM rust:").split('-').next().unwrap();
+    let minor = |v: &str| v.split('.').nth(1).unwrap().parse::<u32>().unwrap();
+    assert!(minor(version) >= minor(env!("CARGO_PKG_RUST_VERSION")), "{from}");
+}
+
+#[test]
+fn the_image_user_matches_the_manifest_and_is_not_root() {
+    let dockerfile = read("Dockerfile");
+    let user = dockerfile
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("USER in the runtime stage");
+    let (uid, gid) = user.trim().split_once(':').expect("USER uid:gid");
+    assert_ne!(uid, "0");
+    let pod_security = &deployment()["spec"]["template"]["spec"]["securityContext"];
+    assert_eq!(pod_security["runAsUser"].as_u64().unwrap().to_string(), uid);
+    assert_eq!(pod_security["runAsGroup"].as_u64().unwrap().to_string(), gid);
+    assert_eq!(pod_security["runAsNonRoot"], true);
+}
+
+#[test]
+fn ports_and_probes_match_the_binary_defaults() {
+    let container = &deployment()["spec"]["template"]["spec"]["containers"][0];
+    let ports: Vec<(String, u64)> = container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                p["containerPort"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // --metrics-addr and --probe-addr default to 0.0.0.0:8080 and 0.0.0.0:8081.
+    assert_eq!(ports, [("metrics".to_string(), 8080), ("probes".to_string(), 8081)]);
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["port"], "probes");
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["livenessProbe"]["httpGet"]["port"], "probes");
+    let dockerfile = read("Dockerfile");
+    assert!(dockerfile.contains("EXPOSE 8080 8081"));
+    let help = std::process::Command::new(common::BIN).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("[default: 0.0.0.0:8080]") && help.contains("[default: 0.0.0.0:8081]"),
+        "{help}"
+    );
+}
+
+#[test]
+fn make_deploy_can_substitute_the_image() {
+    // `make deploy` rewrites `image: demo-controller:dev` to $(IMAGE).
+    let makefile = read("Makefile");
+    assert!(makefile.contains("IMAGE ?= demo-controller:dev"));
+    assert!(makefile.contains("s|image: demo-controller:dev|image: $(IMAGE)|"));
+    assert_eq!(
+        deployment()["spec"]["template"]["spec"]["containers"][0]["image"],
+        "demo-controller:dev"
+    );
+    assert_eq!(
+        deployment()["spec"]["replicas"],
+        1,
+        "two replicas would log every event twice"
+    );
+}
