@@ -26,19 +26,7 @@
 # cluster/down.sh stops everything and removes DIR.
 set -euo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(dirname "$here")
-
-usage() { echo "usage: $0 [--dir DIR]" >&2; exit 2; }
-dir=$repo/target/local-cluster
-while (($#)); do
-	case $1 in
-	--dir) (($# >= 2)) || usage; dir=$2; shift 2 ;;
-	--dir=*) dir=${1#--dir=}; shift ;;
-	-h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2; exit 0 ;;
-	*) usage ;;
-	esac
-done
+source "$(dirname "${BASH_SOURCE[0]}")/args.sh"
 
 log() { echo "up.sh: $*" >&2; }
 

@@ -168,26 +168,38 @@ async fn a_resync_that_changes_nothing_logs_no_update() {
     );
 }
 
+/// A logger with one worker, held for 3 s on the key of a pod `blocker`
+/// that this creates: what else happens meanwhile waits in the queue.
+async fn with_the_only_worker_held(c: &Cluster, ns: &str, before: &[&str]) -> Logger {
+    let stall = format!("stall={ns}/blocker@3s");
+    let logger = Logger::start_with(
+        &c.kubeconfig,
+        &["-n", ns, "--workers", "1"],
+        &[("DEMO_CONTROLLER_FAULTS", &stall)],
+    );
+    logger.synced().await;
+    for name in before {
+        create(&c.client, ns, name, &[]).await;
+    }
+    logger.wait_events(ns, before.len()).await;
+    create(&c.client, ns, "blocker", &[]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        logger.events(ns).len(),
+        before.len(),
+        "the worker should be held\n{}",
+        logger.dump()
+    );
+    logger
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pod_created_and_deleted_faster_than_the_worker_is_still_logged() {
     let c = cluster().await;
     let ns = namespace(&c.client, "ghost").await;
-    let stall = format!("stall={ns}/blocker@3s");
-    let logger = Logger::start_with(
-        &c.kubeconfig,
-        &["-n", &ns, "--workers", "1"],
-        &[("DEMO_CONTROLLER_FAULTS", &stall)],
-    );
-    logger.synced().await;
-    // The only worker is now held on `blocker` for 3 s...
-    create(&c.client, &ns, "blocker", &[]).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        logger.events(&ns).is_empty(),
-        "the worker should be stalled\n{}",
-        logger.dump()
-    );
-    // ... while `ghost` lives and dies: its key is queued once, its pod gone.
+    let logger = with_the_only_worker_held(&c, &ns, &[]).await;
+    // `ghost` lives and dies while the worker is held: its key is queued
+    // once, and by the time it is synced the pod is gone.
     create(&c.client, &ns, "ghost", &[]).await;
     delete(&c.client, &ns, "ghost").await;
     let events = logger.wait_events(&ns, 3).await;
@@ -205,17 +217,7 @@ async fn a_pod_created_and_deleted_faster_than_the_worker_is_still_logged() {
 async fn a_burst_on_one_key_is_deduplicated() {
     let c = cluster().await;
     let ns = namespace(&c.client, "burst").await;
-    let stall = format!("stall={ns}/blocker@3s");
-    let logger = Logger::start_with(
-        &c.kubeconfig,
-        &["-n", &ns, "--workers", "1"],
-        &[("DEMO_CONTROLLER_FAULTS", &stall)],
-    );
-    logger.synced().await;
-    create(&c.client, &ns, "busy", &[]).await;
-    logger.wait_events(&ns, 1).await;
-    create(&c.client, &ns, "blocker", &[]).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let logger = with_the_only_worker_held(&c, &ns, &["busy"]).await;
     for i in 1..=20 {
         label(&c.client, &ns, "busy", "v", &i.to_string()).await;
     }

@@ -1,0 +1,16 @@
+# Sourced by up.sh and down.sh: where the repo is, and which cluster
+# directory to use (--dir DIR, default <repo>/target/local-cluster).
+# -h/--help prints the calling script's header comment.
+here=$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)
+repo=$(dirname "$here")
+
+usage() { echo "usage: $0 [--dir DIR]" >&2; exit 2; }
+dir=$repo/target/local-cluster
+while (($#)); do
+	case $1 in
+	--dir) (($# >= 2)) || usage; dir=$2; shift 2 ;;
+	--dir=*) dir=${1#--dir=}; shift ;;
+	-h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2; exit 0 ;;
+	*) usage ;;
+	esac
+done
