@@ -100,8 +100,7 @@ fn parse_workers(s: &str) -> Result<usize, String> {
 fn parse_namespace(s: &str) -> Result<String, String> {
     let valid = !s.is_empty()
         && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-');
     if valid {
@@ -208,19 +207,10 @@ mod tests {
             parse(&["-n", "Bad_NS"]).unwrap_err(),
             "error: invalid value 'Bad_NS' for '--namespace <NS>': a namespace is a DNS label: lower-case letters, digits and '-', at most 63 characters"
         );
-        assert_eq!(
-            parse(&["--frobnicate"]).unwrap_err(),
-            "error: unexpected argument '--frobnicate' found"
-        );
+        assert_eq!(parse(&["--frobnicate"]).unwrap_err(), "error: unexpected argument '--frobnicate' found");
+        assert!(parse(&["-l", "app in (a,b"]).unwrap_err().contains("expected a label selector"));
         assert!(
-            parse(&["-l", "app in (a,b"])
-                .unwrap_err()
-                .contains("expected a label selector")
-        );
-        assert!(
-            parse(&["--log-format", "xml"])
-                .unwrap_err()
-                .contains("invalid value 'xml' for '--log-format <FORMAT>'")
+            parse(&["--log-format", "xml"]).unwrap_err().contains("invalid value 'xml' for '--log-format <FORMAT>'")
         );
     }
 

@@ -39,10 +39,9 @@ pub fn describe(error: &watcher::Error) -> String {
             "{} is forbidden: {} (grant get, list and watch on pods to this identity: see demo-controller.yaml)",
             source.0, status.message
         ),
-        kube::Error::Api(status) => format!(
-            "{} failed: {} ({}, {})",
-            source.0, status.message, status.reason, status.code
-        ),
+        kube::Error::Api(status) => {
+            format!("{} failed: {} ({}, {})", source.0, status.message, status.reason, status.code)
+        }
         other => format!("{} failed: {}", source.0, chain(other)),
     }
 }
@@ -68,11 +67,7 @@ pub enum ClientError {
     #[error("cannot load the in-cluster config: {0}")]
     InCluster(String),
     #[error("cannot reach the Kubernetes API server at {url}: {reason}{hint}")]
-    Unreachable {
-        url: String,
-        reason: String,
-        hint: &'static str,
-    },
+    Unreachable { url: String, reason: String, hint: &'static str },
     #[error(
         "the API server at {url} rejected our credentials (401 Unauthorized): the token or client certificate is invalid or expired; refresh the credentials in your kubeconfig"
     )]
@@ -109,23 +104,16 @@ pub async fn connect(kubeconfig: Option<PathBuf>, context: Option<String>) -> Re
 /// Lets the API server parse the label selector (it owns the grammar). A 403
 /// is not fatal here: permissions can be granted while we wait.
 pub async fn check_selector(api: &Api<Pod>, selector: &str) -> Result<(), ClientError> {
-    match api
-        .list_metadata(&ListParams::default().labels(selector).limit(1))
-        .await
-    {
-        Err(kube::Error::Api(status)) if status.code == 400 => Err(ClientError::BadSelector {
-            selector: selector.to_string(),
-            reason: status.message.clone(),
-        }),
+    match api.list_metadata(&ListParams::default().labels(selector).limit(1)).await {
+        Err(kube::Error::Api(status)) if status.code == 400 => {
+            Err(ClientError::BadSelector { selector: selector.to_string(), reason: status.message.clone() })
+        }
         _ => Ok(()),
     }
 }
 
 async fn load(path: Option<PathBuf>, context: Option<String>) -> Result<Config, ClientError> {
-    let options = KubeConfigOptions {
-        context: context.clone(),
-        ..Default::default()
-    };
+    let options = KubeConfigOptions { context: context.clone(), ..Default::default() };
     let (kubeconfig, source) = if let Some(path) = path {
         (read(&path)?, path.display().to_string())
     } else if let Some(list) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
@@ -148,22 +136,13 @@ async fn load(path: Option<PathBuf>, context: Option<String>) -> Result<Config, 
     if let Some(name) = &context {
         if !kubeconfig.contexts.iter().any(|c| &c.name == name) {
             let names: Vec<&str> = kubeconfig.contexts.iter().map(|c| c.name.as_str()).collect();
-            let available = if names.is_empty() {
-                "none".to_string()
-            } else {
-                names.join(", ")
-            };
-            return Err(ClientError::UnknownContext {
-                name: name.clone(),
-                available,
-            });
+            let available = if names.is_empty() { "none".to_string() } else { names.join(", ") };
+            return Err(ClientError::UnknownContext { name: name.clone(), available });
         }
     } else if kubeconfig.current_context.as_deref().unwrap_or_default().is_empty() {
         return Err(ClientError::NoCurrentContext);
     }
-    Config::from_custom_kubeconfig(kubeconfig, &options)
-        .await
-        .map_err(|e| kubeconfig_error(e, &source))
+    Config::from_custom_kubeconfig(kubeconfig, &options).await.map_err(|e| kubeconfig_error(e, &source))
 }
 
 fn read(path: &std::path::Path) -> Result<Kubeconfig, ClientError> {
@@ -173,14 +152,8 @@ fn read(path: &std::path::Path) -> Result<Kubeconfig, ClientError> {
 fn kubeconfig_error(error: KubeconfigError, path: &str) -> ClientError {
     let path = path.to_string();
     match error {
-        KubeconfigError::ReadConfig(io, _) => ClientError::ReadKubeconfig {
-            path,
-            reason: io.to_string(),
-        },
-        KubeconfigError::Parse(_) => ClientError::ParseKubeconfig {
-            path,
-            reason: chain(&error),
-        },
+        KubeconfigError::ReadConfig(io, _) => ClientError::ReadKubeconfig { path, reason: io.to_string() },
+        KubeconfigError::Parse(_) => ClientError::ParseKubeconfig { path, reason: chain(&error) },
         other => ClientError::BadKubeconfig(chain(&other)),
     }
 }

@@ -55,14 +55,7 @@ impl Controller {
     pub fn new(api: Api<Pod>, watch: watcher::Config, settings: Settings) -> Arc<Controller> {
         let cache = Cache::new();
         let worker = Worker::new(cache.clone(), settings.skip_existing);
-        Arc::new(Controller {
-            api,
-            watch,
-            cache,
-            queue: Queue::new("pods"),
-            worker,
-            settings,
-        })
+        Arc::new(Controller { api, watch, cache, queue: Queue::new("pods"), worker, settings })
     }
 
     /// Runs until `shutdown` is cancelled, then drains and returns.
@@ -91,11 +84,7 @@ impl Controller {
                 return;
             }
         }
-        info!(
-            pods = self.cache.store().len(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "cache synced"
-        );
+        info!(pods = self.cache.store().len(), elapsed_ms = started.elapsed().as_millis() as u64, "cache synced");
         probes::synced();
 
         // 3. The resync timer and the workers.

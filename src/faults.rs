@@ -51,11 +51,7 @@ impl Faults {
                 Some(("stall", spec)) => {
                     let (key, time) = spec.split_once('@').unwrap_or((spec, "1h"));
                     let time = duration(item, time)?;
-                    faults
-                        .stall
-                        .get_mut()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(key.to_string(), time);
+                    faults.stall.get_mut().unwrap_or_else(|p| p.into_inner()).insert(key.to_string(), time);
                 }
                 Some(("slow", time)) => faults.slow = Some(duration(item, time)?),
                 _ => {
@@ -93,10 +89,7 @@ mod tests {
     use super::*;
 
     fn key(name: &str) -> Key {
-        Key {
-            namespace: "ns".into(),
-            name: name.into(),
-        }
+        Key { namespace: "ns".into(), name: name.into() }
     }
 
     #[tokio::test]
@@ -135,9 +128,7 @@ mod tests {
             "DEMO_CONTROLLER_FAULTS: cannot parse 'explode=ns/x': expected fail=NS/NAME, stall=NS/NAME[@DURATION] or slow=DURATION"
         );
         assert!(
-            Faults::parse("slow=fast")
-                .unwrap_err()
-                .starts_with("DEMO_CONTROLLER_FAULTS: cannot parse 'slow=fast': ")
+            Faults::parse("slow=fast").unwrap_err().starts_with("DEMO_CONTROLLER_FAULTS: cannot parse 'slow=fast': ")
         );
     }
 

@@ -36,10 +36,7 @@ pub struct Key {
 
 impl Key {
     pub fn of(pod: &Pod) -> Key {
-        Key {
-            namespace: pod.namespace().unwrap_or_default(),
-            name: pod.name_any(),
-        }
+        Key { namespace: pod.namespace().unwrap_or_default(), name: pod.name_any() }
     }
 }
 
@@ -82,16 +79,8 @@ pub struct Snapshot {
 impl Cache {
     pub fn new() -> Arc<Cache> {
         let (store, writer) = reflector::store();
-        let inner = Inner {
-            writer,
-            tombstones: HashMap::new(),
-            initial: HashSet::new(),
-            synced: false,
-        };
-        Arc::new(Cache {
-            store,
-            inner: Mutex::new(inner),
-        })
+        let inner = Inner { writer, tombstones: HashMap::new(), initial: HashSet::new(), synced: false };
+        Arc::new(Cache { store, inner: Mutex::new(inner) })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -110,11 +99,7 @@ impl Cache {
             }
             Event::Delete(pod) => {
                 inner.writer.apply_watcher_event(&event);
-                inner
-                    .tombstones
-                    .entry(Key::of(pod))
-                    .or_default()
-                    .push(Arc::new(pod.clone()));
+                inner.tombstones.entry(Key::of(pod)).or_default().push(Arc::new(pod.clone()));
                 vec![Key::of(pod)]
             }
             // A (re)list is starting, or a page of it arrived. The store only
@@ -159,11 +144,7 @@ impl Cache {
             Some(uid) => inner.initial.remove(&uid),
             None => false,
         };
-        Snapshot {
-            current,
-            tombstones,
-            initial,
-        }
+        Snapshot { current, tombstones, initial }
     }
 
     /// The store's read handle: for WaitForCacheSync, resync and counting.
@@ -264,10 +245,7 @@ pub(crate) mod tests {
     }
 
     fn key(ns: &str, name: &str) -> Key {
-        Key {
-            namespace: ns.into(),
-            name: name.into(),
-        }
+        Key { namespace: ns.into(), name: name.into() }
     }
 
     #[test]
@@ -313,10 +291,7 @@ pub(crate) mod tests {
         assert_eq!(recreated.current.and_then(|p| p.uid()).as_deref(), Some("u4"));
         assert_eq!(recreated.tombstones[0].uid().as_deref(), Some("u3"));
         assert!(cache.read(&key("a", "kept")).tombstones.is_empty());
-        assert!(
-            !recreated.initial,
-            "a pod from a later relist is not from the initial list"
-        );
+        assert!(!recreated.initial, "a pod from a later relist is not from the initial list");
     }
 
     #[test]
@@ -325,17 +300,11 @@ pub(crate) mod tests {
         cache.apply(Event::Init);
         cache.apply(Event::InitDone);
         assert_eq!(cache.apply(Event::Apply(pod("a", "p", "u1", "2"))), vec![key("a", "p")]);
-        assert_eq!(
-            cache.apply(Event::Delete(pod("a", "p", "u1", "3"))),
-            vec![key("a", "p")]
-        );
+        assert_eq!(cache.apply(Event::Delete(pod("a", "p", "u1", "3"))), vec![key("a", "p")]);
         let snap = cache.read(&key("a", "p"));
         assert!(snap.current.is_none());
         assert_eq!(snap.tombstones[0].resource_version().as_deref(), Some("3"));
-        assert!(
-            cache.read(&key("a", "p")).tombstones.is_empty(),
-            "tombstones are taken once"
-        );
+        assert!(cache.read(&key("a", "p")).tombstones.is_empty(), "tombstones are taken once");
     }
 
     #[test]

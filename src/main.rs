@@ -78,20 +78,12 @@ async fn main() -> ExitCode {
     info!(
         namespace = args.namespace.as_deref().unwrap_or("<all>"),
         selector = args.selector.as_deref().unwrap_or(""),
-        resync = settings
-            .resync
-            .map_or("off".into(), |d| humantime::format_duration(d).to_string()),
+        resync = settings.resync.map_or("off".into(), |d| humantime::format_duration(d).to_string()),
         workers = settings.workers,
         "demo-controller starting"
     );
     let controller = Controller::new(api, watch, settings);
-    if let Err(err) = probes::serve(
-        args.probe_addr.0,
-        args.metrics_addr.0,
-        controller.queue(),
-        args.stuck_after,
-    )
-    .await
+    if let Err(err) = probes::serve(args.probe_addr.0, args.metrics_addr.0, controller.queue(), args.stuck_after).await
     {
         return fatal(err);
     }
@@ -128,10 +120,7 @@ async fn handle_signals(shutdown: CancellationToken) -> &'static str {
         }
     };
     let name = next().await;
-    info!(
-        signal = name,
-        "received {name}: shutting down (send it again to exit at once)"
-    );
+    info!(signal = name, "received {name}: shutting down (send it again to exit at once)");
     shutdown.cancel();
     next().await
 }

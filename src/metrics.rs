@@ -60,16 +60,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         registry: Registry::default(),
     };
     registry.register("workqueue_depth", "Current depth of workqueue", m.depth.clone());
-    registry.register(
-        "workqueue_adds",
-        "Total number of adds handled by workqueue",
-        m.adds.clone(),
-    );
-    registry.register(
-        "workqueue_retries",
-        "Total number of retries handled by workqueue",
-        m.retries.clone(),
-    );
+    registry.register("workqueue_adds", "Total number of adds handled by workqueue", m.adds.clone());
+    registry.register("workqueue_retries", "Total number of retries handled by workqueue", m.retries.clone());
     registry.register(
         "workqueue_queue_duration_seconds",
         "How long in seconds an item stays in workqueue before being requested",
@@ -95,26 +87,14 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Log lines written, by kind (onAdd, onUpdate, onDelete)",
         m.events.clone(),
     );
-    registry.register(
-        "demo_controller_watch_errors",
-        "Watch or list errors (each is retried)",
-        m.watch_errors.clone(),
-    );
+    registry.register("demo_controller_watch_errors", "Watch or list errors (each is retried)", m.watch_errors.clone());
     registry.register(
         "demo_controller_relists",
         "Full lists completed (the first one and every relist)",
         m.relists.clone(),
     );
-    registry.register(
-        "demo_controller_resyncs",
-        "Resync periods that re-queued every cached pod",
-        m.resyncs.clone(),
-    );
-    registry.register(
-        "demo_controller_cache_pods",
-        "Pods in the informer's cache",
-        m.cache_pods.clone(),
-    );
+    registry.register("demo_controller_resyncs", "Resync periods that re-queued every cached pod", m.resyncs.clone());
+    registry.register("demo_controller_cache_pods", "Pods in the informer's cache", m.cache_pods.clone());
     for kind in ["onAdd", "onUpdate", "onDelete"] {
         drop(m.events.get_or_create(&vec![("kind", kind.to_string())]));
     }
@@ -150,17 +130,11 @@ impl QueueMetrics {
         self.depth(depth);
     }
     pub fn started(&self, waited: Duration, depth: usize) {
-        METRICS
-            .queue_duration
-            .get_or_create(&self.labels)
-            .observe(waited.as_secs_f64());
+        METRICS.queue_duration.get_or_create(&self.labels).observe(waited.as_secs_f64());
         self.depth(depth);
     }
     pub fn finished(&self, worked: Duration) {
-        METRICS
-            .work_duration
-            .get_or_create(&self.labels)
-            .observe(worked.as_secs_f64());
+        METRICS.work_duration.get_or_create(&self.labels).observe(worked.as_secs_f64());
     }
     pub fn retried(&self) {
         METRICS.retries.get_or_create(&self.labels).inc();
@@ -207,9 +181,7 @@ pub mod tests {
     /// The value of one sample line of `render()`, e.g.
     /// `sample("workqueue_adds_total{name=\"q\"}")`.
     pub fn sample(series: &str) -> Option<f64> {
-        super::render()
-            .lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        super::render().lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
     }
 
     #[test]

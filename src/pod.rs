@@ -20,10 +20,7 @@ pub fn prune(pod: &mut Pod) {
     meta.owner_references = None;
     meta.finalizers = None;
     let node_name = pod.spec.as_mut().and_then(|spec| spec.node_name.take());
-    pod.spec = Some(PodSpec {
-        node_name,
-        ..PodSpec::default()
-    });
+    pod.spec = Some(PodSpec { node_name, ..PodSpec::default() });
     if let Some(status) = pod.status.take() {
         let mut containers = status.container_statuses.unwrap_or_default();
         for c in &mut containers {
@@ -91,10 +88,7 @@ impl PodState {
             changes.push(format!("node {} -> {}", or_none(&self.node), or_none(&new.node)));
         }
         if (self.ready, self.containers) != (new.ready, new.containers) {
-            changes.push(format!(
-                "ready {}/{} -> {}/{}",
-                self.ready, self.containers, new.ready, new.containers
-            ));
+            changes.push(format!("ready {}/{} -> {}/{}", self.ready, self.containers, new.ready, new.containers));
         }
         if self.restarts != new.restarts {
             changes.push(format!("restarts {} -> {}", self.restarts, new.restarts));
@@ -132,11 +126,8 @@ mod tests {
         p.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
         p.metadata.annotations = Some([("big".to_string(), "x".repeat(4096))].into());
         p.metadata.managed_fields = Some(vec![Default::default()]);
-        p.spec = Some(PodSpec {
-            node_name: Some("n1".into()),
-            containers: vec![Default::default()],
-            ..Default::default()
-        });
+        p.spec =
+            Some(PodSpec { node_name: Some("n1".into()), containers: vec![Default::default()], ..Default::default() });
         p.status = Some(PodStatus {
             phase: Some("Running".into()),
             container_statuses: Some(vec![ContainerStatus {
@@ -161,10 +152,7 @@ mod tests {
         assert_eq!(status.phase.as_deref(), Some("Running"));
         assert!(status.host_ip.is_none());
         let c = &status.container_statuses.as_ref().unwrap()[0];
-        assert_eq!(
-            (c.name.as_str(), c.ready, c.restart_count, c.image.as_str()),
-            ("c", true, 2, "")
-        );
+        assert_eq!((c.name.as_str(), c.ready, c.restart_count, c.image.as_str()), ("c", true, 2, ""));
     }
 
     #[test]

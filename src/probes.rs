@@ -90,21 +90,15 @@ pub fn liveness(queue: &Queue<Key>, stuck_after: Duration) -> Result<String, Str
     if !STATE.watch_running.load(Ordering::SeqCst) {
         return Err("the watch task has ended".into());
     }
-    let (running, expected) = (
-        STATE.workers_running.load(Ordering::SeqCst),
-        STATE.workers_expected.load(Ordering::SeqCst),
-    );
+    let (running, expected) =
+        (STATE.workers_running.load(Ordering::SeqCst), STATE.workers_expected.load(Ordering::SeqCst));
     if running < expected {
         return Err(format!("{} of {expected} workers have ended", expected - running));
     }
     if let Some((key, held)) = queue.in_flight().into_iter().max_by_key(|(_, held)| *held)
         && held > stuck_after
     {
-        return Err(format!(
-            "a worker is stuck on {key} for {}s (limit {}s)",
-            held.as_secs(),
-            stuck_after.as_secs()
-        ));
+        return Err(format!("a worker is stuck on {key} for {}s (limit {}s)", held.as_secs(), stuck_after.as_secs()));
     }
     Ok("ok".into())
 }
@@ -125,20 +119,15 @@ pub async fn serve(
         Ok(text) => (StatusCode::OK, text + "\n"),
         Err(text) => (StatusCode::SERVICE_UNAVAILABLE, text + "\n"),
     };
-    let probes = Router::new()
-        .route("/readyz", get(move || async move { answer(readiness()) }))
-        .route("/healthz", {
-            let queue = queue.clone();
-            get(move || async move { answer(liveness(&queue, stuck_after)) })
-        });
+    let probes = Router::new().route("/readyz", get(move || async move { answer(readiness()) })).route("/healthz", {
+        let queue = queue.clone();
+        get(move || async move { answer(liveness(&queue, stuck_after)) })
+    });
     let metrics = Router::new().route(
         "/metrics",
         get(move || async move {
             queue.in_flight(); // refreshes the unfinished-work gauges
-            (
-                [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
-                crate::metrics::render(),
-            )
+            ([("content-type", "text/plain; version=0.0.4; charset=utf-8")], crate::metrics::render())
         }),
     );
     let servers = match (probe_addr, metrics_addr) {
@@ -151,11 +140,7 @@ pub async fn serve(
         }
     };
     for (addr, what, router) in servers {
-        let flag = if what == "metrics" {
-            "--metrics-addr"
-        } else {
-            "--probe-addr"
-        };
+        let flag = if what == "metrics" { "--metrics-addr" } else { "--probe-addr" };
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
             format!("cannot listen on {addr} for {what}: {e}: pass {flag} with a free port, or 0 to turn it off")
         })?;

@@ -188,12 +188,8 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// The keys workers hold right now, and for how long: for the liveness
     /// probe (a stuck worker) and the unfinished-work metrics.
     pub fn in_flight(&self) -> Vec<(T, Duration)> {
-        let in_flight: Vec<(T, Duration)> = self
-            .lock()
-            .processing
-            .iter()
-            .map(|(key, since)| (key.clone(), since.elapsed()))
-            .collect();
+        let in_flight: Vec<(T, Duration)> =
+            self.lock().processing.iter().map(|(key, since)| (key.clone(), since.elapsed())).collect();
         let running: Vec<Duration> = in_flight.iter().map(|(_, d)| *d).collect();
         self.metrics.in_flight(&running);
         in_flight
@@ -317,10 +313,7 @@ mod tests {
             })
         };
         producer.join().unwrap();
-        let got = timeout(Duration::from_secs(10), consumer)
-            .await
-            .expect("a wake-up was lost")
-            .unwrap();
+        let got = timeout(Duration::from_secs(10), consumer).await.expect("a wake-up was lost").unwrap();
         assert_eq!(got, (0..1_000).collect::<Vec<_>>());
     }
 

@@ -73,11 +73,7 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(cache: Arc<Cache>, skip_existing: bool) -> Worker {
-        Worker {
-            cache,
-            last: Mutex::new(HashMap::new()),
-            skip_existing,
-        }
+        Worker { cache, last: Mutex::new(HashMap::new()), skip_existing }
     }
 
     /// client-go's syncHandler: bring the log up to date for `key`. Returns
@@ -118,25 +114,11 @@ fn log(key: &Key, change: &Change, initial: bool) {
     });
     match change {
         Change::Add(p) if initial => {
-            info!(
-                namespace = ns,
-                name,
-                uid = p.uid,
-                phase = p.phase,
-                initial_list = true,
-                "onAdd: {key}"
-            )
+            info!(namespace = ns, name, uid = p.uid, phase = p.phase, initial_list = true, "onAdd: {key}")
         }
         Change::Add(p) => info!(namespace = ns, name, uid = p.uid, phase = p.phase, "onAdd: {key}"),
         Change::Update { old, new } => {
-            info!(
-                namespace = ns,
-                name,
-                uid = new.uid,
-                phase = new.phase,
-                changes = old.diff(new),
-                "onUpdate: {key}"
-            )
+            info!(namespace = ns, name, uid = new.uid, phase = new.phase, changes = old.diff(new), "onUpdate: {key}")
         }
         Change::Delete(p) => info!(namespace = ns, name, uid = p.uid, phase = p.phase, "onDelete: {key}"),
     }
@@ -150,20 +132,12 @@ mod tests {
     use kube::runtime::watcher::Event;
 
     fn state(uid: &str, rv: &str) -> PodState {
-        PodState {
-            uid: uid.into(),
-            resource_version: rv.into(),
-            phase: "Pending".into(),
-            ..Default::default()
-        }
+        PodState { uid: uid.into(), resource_version: rv.into(), phase: "Pending".into(), ..Default::default() }
     }
 
     #[test]
     fn absent_then_present_is_an_add() {
-        assert_eq!(
-            decide(None, &[], Some(&state("u1", "1"))),
-            vec![Change::Add(state("u1", "1"))]
-        );
+        assert_eq!(decide(None, &[], Some(&state("u1", "1"))), vec![Change::Add(state("u1", "1"))]);
     }
 
     #[test]
@@ -180,29 +154,20 @@ mod tests {
 
     #[test]
     fn present_then_absent_is_a_delete() {
-        assert_eq!(
-            decide(Some(&state("u1", "1")), &[], None),
-            vec![Change::Delete(state("u1", "1"))]
-        );
+        assert_eq!(decide(Some(&state("u1", "1")), &[], None), vec![Change::Delete(state("u1", "1"))]);
     }
 
     #[test]
     fn a_delete_logs_the_final_state_once() {
         let last = state("u1", "1");
         let fin = state("u1", "3");
-        assert_eq!(
-            decide(Some(&last), std::slice::from_ref(&fin), None),
-            vec![Change::Delete(fin)]
-        );
+        assert_eq!(decide(Some(&last), std::slice::from_ref(&fin), None), vec![Change::Delete(fin)]);
     }
 
     #[test]
     fn a_new_uid_under_the_same_name_is_delete_then_add() {
         let (old, new) = (state("u1", "1"), state("u2", "5"));
-        assert_eq!(
-            decide(Some(&old), &[], Some(&new)),
-            vec![Change::Delete(old), Change::Add(new)]
-        );
+        assert_eq!(decide(Some(&old), &[], Some(&new)), vec![Change::Delete(old), Change::Add(new)]);
     }
 
     #[test]
@@ -218,15 +183,7 @@ mod tests {
     fn delete_recreate_delete_recreate_is_logged_in_order() {
         let (a, b, c) = (state("u1", "1"), state("u2", "4"), state("u3", "7"));
         let got = decide(Some(&a), &[a.clone(), b.clone()], Some(&c));
-        assert_eq!(
-            got,
-            vec![
-                Change::Delete(a),
-                Change::Add(b.clone()),
-                Change::Delete(b),
-                Change::Add(c)
-            ]
-        );
+        assert_eq!(got, vec![Change::Delete(a), Change::Add(b.clone()), Change::Delete(b), Change::Add(c)]);
     }
 
     #[test]
@@ -238,10 +195,7 @@ mod tests {
     // The worker fed with synthetic watcher events through a real Store.
 
     fn key(name: &str) -> Key {
-        Key {
-            namespace: "ns".into(),
-            name: name.into(),
-        }
+        Key { namespace: "ns".into(), name: name.into() }
     }
 
     fn synced(cache: &Cache, pods: Vec<Pod>) {
@@ -289,10 +243,7 @@ mod tests {
         synced(&cache, vec![]);
         cache.apply(Event::Apply(pod("ns", "short", "u9", "5")));
         cache.apply(Event::Delete(pod("ns", "short", "u9", "6")));
-        assert_eq!(
-            kinds(&worker.sync(&key("short"))),
-            vec![("onAdd", "u9".into()), ("onDelete", "u9".into())]
-        );
+        assert_eq!(kinds(&worker.sync(&key("short"))), vec![("onAdd", "u9".into()), ("onDelete", "u9".into())]);
     }
 
     #[test]
@@ -305,10 +256,7 @@ mod tests {
         // Relist: `a` vanished, `b` was replaced under the same name.
         synced(&cache, vec![pod("ns", "b", "u3", "9")]);
         assert_eq!(kinds(&worker.sync(&key("a"))), vec![("onDelete", "u1".into())]);
-        assert_eq!(
-            kinds(&worker.sync(&key("b"))),
-            vec![("onDelete", "u2".into()), ("onAdd", "u3".into())]
-        );
+        assert_eq!(kinds(&worker.sync(&key("b"))), vec![("onDelete", "u2".into()), ("onAdd", "u3".into())]);
         assert!(worker.sync(&key("a")).is_empty() && worker.sync(&key("b")).is_empty());
     }
 

@@ -13,10 +13,7 @@ use common::*;
 /// Runs the binary with `args` and a clean environment; returns (exit code, stderr).
 fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let mut cmd = Command::new(BIN);
-    cmd.args(args)
-        .env_remove("KUBECONFIG")
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .env_remove("RUST_LOG");
+    cmd.args(args).env_remove("KUBECONFIG").env_remove("KUBERNETES_SERVICE_HOST").env_remove("RUST_LOG");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -24,11 +21,7 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let stderr = String::from_utf8_lossy(&out.stderr).trim_end().to_string();
     assert!(!stderr.contains("panicked"), "it panicked: {stderr}");
     assert!(!stderr.contains("RUST_BACKTRACE"), "a backtrace hint: {stderr}");
-    assert_eq!(
-        stderr.lines().count(),
-        1,
-        "expected exactly one line on stderr, got:\n{stderr}"
-    );
+    assert_eq!(stderr.lines().count(), 1, "expected exactly one line on stderr, got:\n{stderr}");
     (out.status.code().expect("exit code"), stderr)
 }
 
@@ -36,10 +29,7 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
 fn unknown_flag() {
     assert_eq!(
         run(&["--frobnicate"], &[]),
-        (
-            2,
-            "error: unexpected argument '--frobnicate' found (see demo-controller --help)".into()
-        )
+        (2, "error: unexpected argument '--frobnicate' found (see demo-controller --help)".into())
     );
 }
 
@@ -91,23 +81,11 @@ fn invalid_label_selector_caught_locally() {
 #[test]
 fn invalid_label_selector_caught_by_the_api_server() {
     let kc = cluster_dir().join("kubeconfig");
-    let args = [
-        "--kubeconfig",
-        kc.to_str().unwrap(),
-        "-l",
-        "app=web=x",
-        "--probe-addr",
-        "0",
-        "--metrics-addr",
-        "0",
-    ];
+    let args = ["--kubeconfig", kc.to_str().unwrap(), "-l", "app=web=x", "--probe-addr", "0", "--metrics-addr", "0"];
     // The message after the selector is the API server's own.
     assert_eq!(
         run(&args, &[]),
-        (
-            1,
-            "error: invalid --selector 'app=web=x': found '=', expected: ',' or 'end of string'".into()
-        )
+        (1, "error: invalid --selector 'app=web=x': found '=', expected: ',' or 'end of string'".into())
     );
 }
 
@@ -139,10 +117,7 @@ fn no_kubeconfig_anywhere_and_not_in_a_pod() {
 
 #[test]
 fn malformed_kubeconfig() {
-    let path = tmp_file(
-        "malformed",
-        "apiVersion: v1\nkind: Config\nclusters: [this is: not: valid\n",
-    );
+    let path = tmp_file("malformed", "apiVersion: v1\nkind: Config\nclusters: [this is: not: valid\n");
     let (code, err) = run(&["--kubeconfig", path.to_str().unwrap()], &[]);
     assert_eq!(code, 1);
     assert_eq!(
@@ -177,17 +152,8 @@ fn unknown_context() {
 #[test]
 fn context_with_the_in_cluster_config() {
     assert_eq!(
-        run(
-            &["--context", "x"],
-            &[
-                ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
-                ("KUBERNETES_SERVICE_PORT", "1")
-            ]
-        ),
-        (
-            1,
-            "error: --context needs a kubeconfig, but the in-cluster config is in use: pass --kubeconfig too".into()
-        )
+        run(&["--context", "x"], &[("KUBERNETES_SERVICE_HOST", "127.0.0.1"), ("KUBERNETES_SERVICE_PORT", "1")]),
+        (1, "error: --context needs a kubeconfig, but the in-cluster config is in use: pass --kubeconfig too".into())
     );
 }
 
@@ -197,10 +163,7 @@ fn unreachable_server() {
     let kc = kubeconfig("unreachable", "https://127.0.0.1:1", None, "    token: abc");
     let (code, err) = run(&["--kubeconfig", kc.to_str().unwrap()], &[]);
     assert_eq!(code, 1);
-    assert!(
-        err.starts_with("error: cannot reach the Kubernetes API server at https://127.0.0.1:1/: "),
-        "{err}"
-    );
+    assert!(err.starts_with("error: cannot reach the Kubernetes API server at https://127.0.0.1:1/: "), "{err}");
     assert!(
         err.ends_with("(nothing listens there: is the cluster running? Without one, `make demo` starts a local one)"),
         "{err}"
@@ -222,10 +185,7 @@ fn tls_ca_mismatch() {
     let kc = kubeconfig("wrong-ca", &url, Some(wrong_ca), &user);
     let (code, err) = run(&["--kubeconfig", kc.to_str().unwrap()], &[]);
     assert_eq!(code, 1);
-    assert!(
-        err.starts_with(&format!("error: cannot reach the Kubernetes API server at {url}/: ")),
-        "{err}"
-    );
+    assert!(err.starts_with(&format!("error: cannot reach the Kubernetes API server at {url}/: ")), "{err}");
     assert!(
         err.ends_with(
             "(the server's certificate is not signed by the CA in your kubeconfig: check certificate-authority-data)"
@@ -238,12 +198,7 @@ fn tls_ca_mismatch() {
 fn invalid_bearer_token() {
     let dir = cluster_dir();
     let url = server_url(&dir);
-    let kc = kubeconfig(
-        "bad-token",
-        &url,
-        Some(b64(&dir.join("pki/ca.crt"))),
-        "    token: not-a-valid-token",
-    );
+    let kc = kubeconfig("bad-token", &url, Some(b64(&dir.join("pki/ca.crt"))), "    token: not-a-valid-token");
     assert_eq!(
         run(&["--kubeconfig", kc.to_str().unwrap()], &[]),
         (
@@ -278,41 +233,24 @@ fn plain_http_server() -> u16 {
 #[test]
 fn a_plain_http_port_addressed_with_https() {
     let port = plain_http_server();
-    let kc = kubeconfig(
-        "plain-https",
-        &format!("https://127.0.0.1:{port}"),
-        None,
-        "    token: abc",
-    );
+    let kc = kubeconfig("plain-https", &format!("https://127.0.0.1:{port}"), None, "    token: abc");
     let (code, err) = run(&["--kubeconfig", kc.to_str().unwrap()], &[]);
     assert_eq!(code, 1);
     assert!(
-        err.starts_with(&format!(
-            "error: cannot reach the Kubernetes API server at https://127.0.0.1:{port}/: "
-        )),
+        err.starts_with(&format!("error: cannot reach the Kubernetes API server at https://127.0.0.1:{port}/: ")),
         "{err}"
     );
-    assert!(
-        err.ends_with("(it does not speak TLS: is this the address of a Kubernetes API server?)"),
-        "{err}"
-    );
+    assert!(err.ends_with("(it does not speak TLS: is this the address of a Kubernetes API server?)"), "{err}");
 }
 
 #[test]
 fn a_web_server_that_is_not_kubernetes() {
     let port = plain_http_server();
-    let kc = kubeconfig(
-        "plain-http",
-        &format!("http://127.0.0.1:{port}"),
-        None,
-        "    token: abc",
-    );
+    let kc = kubeconfig("plain-http", &format!("http://127.0.0.1:{port}"), None, "    token: abc");
     let (code, err) = run(&["--kubeconfig", kc.to_str().unwrap()], &[]);
     assert_eq!(code, 1);
     assert!(
-        err.starts_with(&format!(
-            "error: the server at http://127.0.0.1:{port}/ is not a Kubernetes API server: "
-        )),
+        err.starts_with(&format!("error: the server at http://127.0.0.1:{port}/ is not a Kubernetes API server: ")),
         "{err}"
     );
 }
@@ -322,24 +260,8 @@ fn metrics_port_already_in_use() {
     let busy = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = busy.local_addr().unwrap().to_string();
     let kc = cluster_dir().join("kubeconfig");
-    let (code, err) = run(
-        &[
-            "--kubeconfig",
-            kc.to_str().unwrap(),
-            "--probe-addr",
-            "0",
-            "--metrics-addr",
-            &addr,
-        ],
-        &[],
-    );
+    let (code, err) = run(&["--kubeconfig", kc.to_str().unwrap(), "--probe-addr", "0", "--metrics-addr", &addr], &[]);
     assert_eq!(code, 1);
-    assert!(
-        err.starts_with(&format!("error: cannot listen on {addr} for metrics: ")),
-        "{err}"
-    );
-    assert!(
-        err.ends_with("pass --metrics-addr with a free port, or 0 to turn it off"),
-        "{err}"
-    );
+    assert!(err.starts_with(&format!("error: cannot listen on {addr} for metrics: ")), "{err}");
+    assert!(err.ends_with("pass --metrics-addr with a free port, or 0 to turn it off"), "{err}");
 }

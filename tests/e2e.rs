@@ -68,10 +68,7 @@ async fn add_update_by_label_and_status_then_delete() {
     assert_eq!(lines[2]["changes"], "phase Pending -> Running");
     assert_eq!(lines[2]["phase"], "Running");
     assert_eq!(lines[3]["phase"], "Running");
-    assert_eq!(
-        (lines[0]["namespace"].as_str(), lines[0]["name"].as_str()),
-        (Some(ns.as_str()), Some("kuard"))
-    );
+    assert_eq!((lines[0]["namespace"].as_str(), lines[0]["name"].as_str()), (Some(ns.as_str()), Some("kuard")));
     assert!(lines[0].get("initial_list").is_none());
 }
 
@@ -95,11 +92,7 @@ async fn a_deleted_pod_is_terminating_first() {
     // Its finalizer gone, the API server removes it.
     let patch = serde_json::json!({"metadata": {"finalizers": null}});
     kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(c.client.clone(), &ns)
-        .patch(
-            "held",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
+        .patch("held", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
         .await
         .unwrap();
     let deleted = format!("onDelete: {ns}/held");
@@ -117,14 +110,7 @@ async fn delete_and_recreate_under_the_same_name() {
     delete(&c.client, &ns, "p").await;
     let second = create(&c.client, &ns, "p", &[]).await;
     let events = logger.wait_events(&ns, 3).await;
-    assert_eq!(
-        events,
-        [
-            format!("onAdd: {ns}/p"),
-            format!("onDelete: {ns}/p"),
-            format!("onAdd: {ns}/p")
-        ]
-    );
+    assert_eq!(events, [format!("onAdd: {ns}/p"), format!("onDelete: {ns}/p"), format!("onAdd: {ns}/p")]);
     let lines = logger.event_lines(&ns);
     let uid = |p: &k8s_openapi::api::core::v1::Pod| p.metadata.uid.clone().unwrap();
     assert_eq!(lines[0]["uid"], uid(&first));
@@ -146,12 +132,7 @@ async fn a_resync_that_changes_nothing_logs_no_update() {
     create(&c.client, &ns, "p", &[]).await;
     logger.wait_events(&ns, 1).await;
     // Wait for three resyncs to have queued the pod again...
-    let resyncs = |l: &Logger| {
-        l.lines()
-            .iter()
-            .filter(|v| v["message"] == "resync: queueing every cached pod")
-            .count()
-    };
+    let resyncs = |l: &Logger| l.lines().iter().filter(|v| v["message"] == "resync: queueing every cached pod").count();
     let start = std::time::Instant::now();
     while resyncs(&logger) < 4 {
         assert!(start.elapsed() < T, "no resync seen\n{}", logger.dump());
@@ -160,23 +141,15 @@ async fn a_resync_that_changes_nothing_logs_no_update() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     // ... each found nothing new: no onUpdate, just a debug line.
     assert_eq!(logger.events(&ns), [format!("onAdd: {ns}/p")]);
-    assert!(
-        logger
-            .lines()
-            .iter()
-            .any(|v| v["message"].as_str().is_some_and(|m| m.starts_with("no change")))
-    );
+    assert!(logger.lines().iter().any(|v| v["message"].as_str().is_some_and(|m| m.starts_with("no change"))));
 }
 
 /// A logger with one worker, held for 3 s on the key of a pod `blocker`
 /// that this creates: what else happens meanwhile waits in the queue.
 async fn with_the_only_worker_held(c: &Cluster, ns: &str, before: &[&str]) -> Logger {
     let stall = format!("stall={ns}/blocker@3s");
-    let logger = Logger::start_with(
-        &c.kubeconfig,
-        &["-n", ns, "--workers", "1"],
-        &[("DEMO_CONTROLLER_FAULTS", &stall)],
-    );
+    let logger =
+        Logger::start_with(&c.kubeconfig, &["-n", ns, "--workers", "1"], &[("DEMO_CONTROLLER_FAULTS", &stall)]);
     logger.synced().await;
     for name in before {
         create(&c.client, ns, name, &[]).await;
@@ -184,12 +157,7 @@ async fn with_the_only_worker_held(c: &Cluster, ns: &str, before: &[&str]) -> Lo
     logger.wait_events(ns, before.len()).await;
     create(&c.client, ns, "blocker", &[]).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(
-        logger.events(ns).len(),
-        before.len(),
-        "the worker should be held\n{}",
-        logger.dump()
-    );
+    assert_eq!(logger.events(ns).len(), before.len(), "the worker should be held\n{}", logger.dump());
     logger
 }
 
@@ -203,14 +171,7 @@ async fn a_pod_created_and_deleted_faster_than_the_worker_is_still_logged() {
     create(&c.client, &ns, "ghost", &[]).await;
     delete(&c.client, &ns, "ghost").await;
     let events = logger.wait_events(&ns, 3).await;
-    assert_eq!(
-        events,
-        [
-            format!("onAdd: {ns}/blocker"),
-            format!("onAdd: {ns}/ghost"),
-            format!("onDelete: {ns}/ghost")
-        ]
-    );
+    assert_eq!(events, [format!("onAdd: {ns}/blocker"), format!("onAdd: {ns}/ghost"), format!("onDelete: {ns}/ghost")]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -222,14 +183,7 @@ async fn a_burst_on_one_key_is_deduplicated() {
         label(&c.client, &ns, "busy", "v", &i.to_string()).await;
     }
     let events = logger.wait_events(&ns, 3).await;
-    assert_eq!(
-        events,
-        [
-            format!("onAdd: {ns}/busy"),
-            format!("onAdd: {ns}/blocker"),
-            format!("onUpdate: {ns}/busy")
-        ]
-    );
+    assert_eq!(events, [format!("onAdd: {ns}/busy"), format!("onAdd: {ns}/blocker"), format!("onUpdate: {ns}/busy")]);
     // Twenty changes, one sync: the line shows the state it found.
     assert_eq!(logger.event_lines(&ns)[2]["changes"], "label +v=20");
 }
@@ -247,10 +201,7 @@ async fn namespace_and_selector_narrow_the_watch() {
     assert_eq!(logger.wait_events(&ns, 1).await, [format!("onAdd: {ns}/web")]);
     // A label change that brings a pod into the selector is an add.
     label(&c.client, &ns, "db", "app", "web").await;
-    assert_eq!(
-        logger.wait_events(&ns, 2).await,
-        [format!("onAdd: {ns}/web"), format!("onAdd: {ns}/db")]
-    );
+    assert_eq!(logger.wait_events(&ns, 2).await, [format!("onAdd: {ns}/web"), format!("onAdd: {ns}/db")]);
     assert!(logger.events(&other).is_empty(), "{}", logger.dump());
 }
 
@@ -264,17 +215,8 @@ async fn sigterm_drains_and_exits_zero() {
     let status = logger.wait_exit(T).await;
     assert_eq!(status.code(), Some(0), "{}", logger.dump());
     let lines = logger.lines();
-    assert_eq!(
-        lines.last().unwrap()["message"],
-        "shutdown complete",
-        "{}",
-        logger.dump()
-    );
-    assert!(
-        lines
-            .iter()
-            .any(|v| v["message"] == "received SIGTERM: shutting down (send it again to exit at once)")
-    );
+    assert_eq!(lines.last().unwrap()["message"], "shutdown complete", "{}", logger.dump());
+    assert!(lines.iter().any(|v| v["message"] == "received SIGTERM: shutting down (send it again to exit at once)"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -282,23 +224,15 @@ async fn a_second_signal_exits_at_once() {
     let c = cluster().await;
     let ns = namespace(&c.client, "twice").await;
     let stall = format!("stall={ns}/stuck");
-    let mut logger = Logger::start_with(
-        &c.kubeconfig,
-        &["-n", &ns, "--workers", "1"],
-        &[("DEMO_CONTROLLER_FAULTS", &stall)],
-    );
+    let mut logger =
+        Logger::start_with(&c.kubeconfig, &["-n", &ns, "--workers", "1"], &[("DEMO_CONTROLLER_FAULTS", &stall)]);
     logger.synced().await;
     create(&c.client, &ns, "stuck", &[]).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     logger.signal("INT");
-    logger
-        .wait_message("shutting down: watch stopped, draining the queue", T)
-        .await;
+    logger.wait_message("shutting down: watch stopped, draining the queue", T).await;
     logger.signal("INT");
     let status = logger.wait_exit(Duration::from_secs(5)).await;
     assert_eq!(status.code(), Some(130), "{}", logger.dump());
-    assert_eq!(
-        logger.lines().last().unwrap()["message"],
-        "received SIGINT again: exiting at once"
-    );
+    assert_eq!(logger.lines().last().unwrap()["message"], "received SIGINT again: exiting at once");
 }

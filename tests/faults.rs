@@ -36,18 +36,11 @@ fn tally(lines: &[Value]) -> BTreeMap<String, (u32, u32)> {
 
 /// What the logger believes alive: uids with an onAdd and no onDelete.
 fn believed_alive(lines: &[Value]) -> BTreeSet<String> {
-    tally(lines)
-        .into_iter()
-        .filter(|(_, (a, d))| a > d)
-        .map(|(uid, _)| uid)
-        .collect()
+    tally(lines).into_iter().filter(|(_, (a, d))| a > d).map(|(uid, _)| uid).collect()
 }
 
 async fn server_uids(client: &Client, ns: &str) -> BTreeSet<String> {
-    let pods = Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .expect("list");
+    let pods = Api::<Pod>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("list");
     pods.items.into_iter().filter_map(|p| p.metadata.uid).collect()
 }
 
@@ -85,12 +78,9 @@ async fn apiserver_restarts_under_churn_lose_and_duplicate_nothing() {
                 let uid = match made {
                     Ok(p) => p.metadata.uid.unwrap(),
                     // Created before a crash cut the answer off.
-                    Err(kube::Error::Api(s)) if s.code == 409 => retry(async || pods.get(&name).await)
-                        .await
-                        .unwrap()
-                        .metadata
-                        .uid
-                        .unwrap(),
+                    Err(kube::Error::Api(s)) if s.code == 409 => {
+                        retry(async || pods.get(&name).await).await.unwrap().metadata.uid.unwrap()
+                    }
                     Err(e) => panic!("create {name}: {e}"),
                 };
                 live.push((name, uid, Instant::now()));
@@ -99,12 +89,7 @@ async fn apiserver_restarts_under_churn_lose_and_duplicate_nothing() {
                     let (name, _, _) = &live[live.len() / 2];
                     let patch = serde_json::json!({"metadata": {"labels": {"n": created.to_string()}}});
                     retry(async || {
-                        pods.patch(
-                            name,
-                            &kube::api::PatchParams::default(),
-                            &kube::api::Patch::Merge(&patch),
-                        )
-                        .await
+                        pods.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await
                     })
                     .await
                     .unwrap();
@@ -150,16 +135,10 @@ async fn apiserver_restarts_under_churn_lose_and_duplicate_nothing() {
     let lines = logger.event_lines(&ns);
     let t = tally(&lines);
     let duplicates: u32 = t.values().map(|(a, d)| a.saturating_sub(1) + d.saturating_sub(1)).sum();
-    let lost_deletes = deleted_uids
-        .iter()
-        .filter(|u| t.get(*u).map(|x| x.1) != Some(1))
-        .count();
+    let lost_deletes = deleted_uids.iter().filter(|u| t.get(*u).map(|x| x.1) != Some(1)).count();
     let never_added = created - t.values().filter(|(a, _)| *a == 1).count();
-    let watch_errors = logger
-        .lines()
-        .iter()
-        .filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("watch failed")))
-        .count();
+    let watch_errors =
+        logger.lines().iter().filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("watch failed"))).count();
     println!(
         "figures: restarts={restarts} pods_created={created} pods_deleted={} label_updates={updates} \
          watch_errors_retried={watch_errors} lost={} duplicates={duplicates} alive_now={}",
@@ -189,9 +168,7 @@ async fn deletes_it_could_not_see_are_logged_after_the_relist() {
     // The logger's API server goes away; a second one on the same etcd takes
     // the changes and compacts etcd's history every second.
     let port = free_port();
-    plane
-        .start_apiserver("second-apiserver", Some(port), &["--etcd-compaction-interval=1s"])
-        .await;
+    plane.start_apiserver("second-apiserver", Some(port), &["--etcd-compaction-interval=1s"]).await;
     plane.kill_apiserver();
     let second = plane.admin_client(&format!("https://127.0.0.1:{port}")).await;
     for i in 0..5 {
@@ -221,20 +198,15 @@ async fn deletes_it_could_not_see_are_logged_after_the_relist() {
     assert_eq!(after, want, "{}", logger.dump());
     assert_eq!(events.len(), 18, "each change exactly once: {events:?}");
     // The watch's resourceVersion was compacted away: the server said 410 Gone.
-    let gone = logger.lines().into_iter().find(|v| {
-        v["message"]
-            .as_str()
-            .is_some_and(|m| m.starts_with("watch failed") && m.contains("410"))
-    });
+    let gone = logger
+        .lines()
+        .into_iter()
+        .find(|v| v["message"].as_str().is_some_and(|m| m.starts_with("watch failed") && m.contains("410")));
     println!(
         "figures: deletes_while_disconnected=5 logged_after_relist=5 compacted_watch={:?}",
         gone.as_ref().map(|v| v["message"].clone())
     );
-    assert!(
-        gone.is_some(),
-        "no 410 Gone from the compacted watch\n{}",
-        logger.dump()
-    );
+    assert!(gone.is_some(), "no 410 Gone from the compacted watch\n{}", logger.dump());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -242,11 +214,7 @@ async fn a_missing_permission_backs_off_is_not_ready_and_syncs_once_granted() {
     let c = cluster().await;
     let ns = namespace(&c.client, "forbidden").await;
     service_account(&c.client, &ns, "watcher").await;
-    let kc = token_kubeconfig(
-        &c.dir,
-        &format!("{ns}-watcher"),
-        &token(&c.client, &ns, "watcher").await,
-    );
+    let kc = token_kubeconfig(&c.dir, &format!("{ns}-watcher"), &token(&c.client, &ns, "watcher").await);
     let port = free_port();
     let probe = format!("127.0.0.1:{port}");
     let logger = Logger::start(&kc, &["-n", &ns, "--probe-addr", &probe]);
@@ -259,10 +227,7 @@ async fn a_missing_permission_backs_off_is_not_ready_and_syncs_once_granted() {
     // Retries back off: 0.8 s, 1.6 s, 3.2 s, 6.4 s ... (capped at 30 s).
     let start = Instant::now();
     let failures = |l: &Logger| -> Vec<Value> {
-        l.lines()
-            .into_iter()
-            .filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("watch failed")))
-            .collect()
+        l.lines().into_iter().filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("watch failed"))).collect()
     };
     while failures(&logger).len() < 4 {
         assert!(start.elapsed() < T, "{}", logger.dump());
@@ -278,10 +243,7 @@ async fn a_missing_permission_backs_off_is_not_ready_and_syncs_once_granted() {
     let (status, body) = http_get(port, "/readyz");
     assert_eq!(
         (status, body.trim()),
-        (
-            503,
-            format!("cache not synced: the first list of pods has not succeeded yet: {reason}").as_str()
-        )
+        (503, format!("cache not synced: the first list of pods has not succeeded yet: {reason}").as_str())
     );
     assert_eq!(http_get(port, "/healthz").0, 200);
 
@@ -291,10 +253,7 @@ async fn a_missing_permission_backs_off_is_not_ready_and_syncs_once_granted() {
     logger.wait_message("cache synced", T).await;
     logger.wait_message(&format!("onAdd: {ns}/waiting"), T).await;
     assert_eq!(http_get(port, "/readyz"), (200, "ok: cache synced\n".to_string()));
-    println!(
-        "figures: forbidden_retries_before_grant={} delays={delays:?}",
-        failures(&logger).len()
-    );
+    println!("figures: forbidden_retries_before_grant={} delays={delays:?}", failures(&logger).len());
 }
 
 /// Creates `n` pods in `ns`, 32 requests at a time.
@@ -303,11 +262,7 @@ async fn many_pods(client: &Client, ns: &str, n: usize) {
     futures::stream::iter(0..n)
         .map(|i| {
             let pods = pods.clone();
-            async move {
-                pods.create(&PostParams::default(), &pod(&format!("b-{i}"), &[]))
-                    .await
-                    .expect("create")
-            }
+            async move { pods.create(&PostParams::default(), &pod(&format!("b-{i}"), &[])).await.expect("create") }
         })
         .buffer_unordered(32)
         .for_each(|_| async {})
@@ -333,10 +288,7 @@ async fn shutdown_under_backlog(pods: usize, slow: &str) -> (Logger, Duration, u
         .unwrap()["queued"]
         .as_u64()
         .unwrap();
-    assert!(
-        queued >= 1000,
-        "thousands of keys should be queued at SIGTERM, were {queued}"
-    );
+    assert!(queued >= 1000, "thousands of keys should be queued at SIGTERM, were {queued}");
     // Within Kubernetes' default 30 s grace period, or the kubelet would SIGKILL it.
     assert!(took < Duration::from_secs(30), "shutdown took {took:?}");
     let logged = logger.events(&ns).len();
@@ -348,16 +300,10 @@ async fn shutdown_under_backlog(pods: usize, slow: &str) -> (Logger, Duration, u
 async fn shutdown_with_a_backlog_drains_it_and_exits_zero() {
     let (logger, _, _) = shutdown_under_backlog(3000, "1ms").await;
     let last = logger.lines().last().cloned().unwrap();
-    assert_eq!(
-        (last["message"].as_str(), last["left"].as_u64()),
-        (Some("shutdown complete"), Some(0))
-    );
+    assert_eq!((last["message"].as_str(), last["left"].as_u64()), (Some("shutdown complete"), Some(0)));
     // Drained: every pod of the initial list was logged.
-    let adds = logger
-        .lines()
-        .iter()
-        .filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("onAdd: ")))
-        .count();
+    let adds =
+        logger.lines().iter().filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("onAdd: "))).count();
     assert_eq!(adds, 3000);
 }
 
@@ -365,16 +311,10 @@ async fn shutdown_with_a_backlog_drains_it_and_exits_zero() {
 async fn shutdown_with_a_backlog_too_big_to_drain_is_cut_cleanly() {
     let (logger, _, queued) = shutdown_under_backlog(2000, "20ms").await;
     let last = logger.lines().last().cloned().unwrap();
-    assert_eq!(
-        last["message"], "shutdown complete: drain timed out, the rest is dropped",
-        "{last}"
-    );
+    assert_eq!(last["message"], "shutdown complete: drain timed out, the rest is dropped", "{last}");
     let left = last["left"].as_u64().unwrap();
-    let adds = logger
-        .lines()
-        .iter()
-        .filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("onAdd: ")))
-        .count() as u64;
+    let adds = logger.lines().iter().filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("onAdd: "))).count()
+        as u64;
     assert!(left > 0 && left < queued, "left={left} queued={queued}");
     // Nothing unaccounted for: every key was either logged or counted as left.
     assert_eq!(adds + left, 2000, "adds={adds} left={left}");

@@ -18,19 +18,14 @@ use serde_json::{Value, json};
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 fn kinds(wanted: &[&str]) -> Vec<Value> {
-    manifest()
-        .into_iter()
-        .filter(|o| wanted.contains(&o["kind"].as_str().unwrap_or_default()))
-        .collect()
+    manifest().into_iter().filter(|o| wanted.contains(&o["kind"].as_str().unwrap_or_default())).collect()
 }
 
 /// The Namespace, ServiceAccount, ClusterRole and ClusterRoleBinding of
 /// demo-controller.yaml, applied for real; returns a token of that account.
 async fn install_rbac(c: &Cluster) -> String {
     for object in kinds(&["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"]) {
-        apply(&c.client, &object, false)
-            .await
-            .unwrap_or_else(|e| panic!("apply {}: {e}", object["kind"]));
+        apply(&c.client, &object, false).await.unwrap_or_else(|e| panic!("apply {}: {e}", object["kind"]));
     }
     token(&c.client, "demo-controller", "demo-controller").await
 }
@@ -62,18 +57,11 @@ async fn runs_in_cluster_with_the_manifest_rbac() {
     let logger = Logger::spawn(cmd, &[]);
     let synced = logger.synced().await;
     assert!(synced["pods"].as_u64().unwrap() >= 1, "{synced}");
-    logger
-        .wait_message(&format!("onAdd: {ns}/existing"), Duration::from_secs(30))
-        .await;
+    logger.wait_message(&format!("onAdd: {ns}/existing"), Duration::from_secs(30)).await;
     create(&c.client, &ns, "new", &[]).await;
-    logger
-        .wait_message(&format!("onAdd: {ns}/new"), Duration::from_secs(30))
-        .await;
+    logger.wait_message(&format!("onAdd: {ns}/new"), Duration::from_secs(30)).await;
     // The host's own /run is untouched.
-    assert!(
-        !std::path::Path::new(SA_DIR).exists(),
-        "the service-account files leaked onto the host"
-    );
+    assert!(!std::path::Path::new(SA_DIR).exists(), "the service-account files leaked onto the host");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -86,31 +74,18 @@ async fn the_manifest_rbac_is_least_privilege() {
     create(&c.client, &ns, "victim", &[]).await;
 
     // What it needs: list and watch pods everywhere.
-    Api::<Pod>::all(sa.clone())
-        .list(&ListParams::default().limit(1))
-        .await
-        .expect("may list pods");
-    Api::<Pod>::namespaced(sa.clone(), &ns)
-        .get("victim")
-        .await
-        .expect("may get a pod");
+    Api::<Pod>::all(sa.clone()).list(&ListParams::default().limit(1)).await.expect("may list pods");
+    Api::<Pod>::namespaced(sa.clone(), &ns).get("victim").await.expect("may get a pod");
     // Nothing more.
     let forbidden = |r: Result<(), kube::Error>| match r {
         Err(kube::Error::Api(s)) => s.code == 403,
         _ => false,
     };
-    let secrets = Api::<Secret>::all(sa.clone())
-        .list(&ListParams::default())
-        .await
-        .map(|_| ());
+    let secrets = Api::<Secret>::all(sa.clone()).list(&ListParams::default()).await.map(|_| ());
     assert!(forbidden(secrets), "it must not list secrets");
-    let create = Api::<Pod>::namespaced(sa.clone(), &ns)
-        .create(&PostParams::default(), &pod("intruder", &[]))
-        .await;
+    let create = Api::<Pod>::namespaced(sa.clone(), &ns).create(&PostParams::default(), &pod("intruder", &[])).await;
     assert!(forbidden(create.map(|_| ())), "it must not create pods");
-    let delete = Api::<Pod>::namespaced(sa.clone(), &ns)
-        .delete("victim", &DeleteParams::default())
-        .await;
+    let delete = Api::<Pod>::namespaced(sa.clone(), &ns).delete("victim", &DeleteParams::default()).await;
     assert!(forbidden(delete.map(|_| ())), "it must not delete pods");
 }
 
@@ -118,25 +93,12 @@ async fn the_manifest_rbac_is_least_privilege() {
 async fn every_object_of_the_manifest_passes_server_side_dry_run() {
     let c = cluster().await;
     // The namespace must exist for its objects to be dry-run in it.
-    apply(&c.client, &kinds(&["Namespace"])[0], false)
-        .await
-        .expect("namespace");
+    apply(&c.client, &kinds(&["Namespace"])[0], false).await.expect("namespace");
     let objects = manifest();
     let kinds: Vec<&str> = objects.iter().map(|o| o["kind"].as_str().unwrap()).collect();
-    assert_eq!(
-        kinds,
-        [
-            "Namespace",
-            "ServiceAccount",
-            "ClusterRole",
-            "ClusterRoleBinding",
-            "Deployment"
-        ]
-    );
+    assert_eq!(kinds, ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"]);
     for object in &objects {
-        apply(&c.client, object, true)
-            .await
-            .unwrap_or_else(|e| panic!("dry-run of {} failed: {e}", object["kind"]));
+        apply(&c.client, object, true).await.unwrap_or_else(|e| panic!("dry-run of {} failed: {e}", object["kind"]));
     }
 }
 
@@ -145,9 +107,7 @@ async fn the_pod_template_is_admitted_under_pod_security_restricted() {
     let c = cluster().await;
     let ns = namespace(&c.client, "restricted").await;
     let label = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}});
-    apply(&c.client, &label, false)
-        .await
-        .expect("label namespace restricted");
+    apply(&c.client, &label, false).await.expect("label namespace restricted");
     let deployment = manifest().into_iter().find(|o| o["kind"] == "Deployment").unwrap();
     let template = &deployment["spec"]["template"];
     let mut pod: Pod =
@@ -156,9 +116,7 @@ async fn the_pod_template_is_admitted_under_pod_security_restricted() {
     // The ServiceAccount the template names, so only Pod Security can object.
     service_account(&c.client, &ns, "demo-controller").await;
     let pods = Api::<Pod>::namespaced(c.client.clone(), &ns);
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .expect("the Deployment's pod is admitted under restricted");
+    pods.create(&PostParams::default(), &pod).await.expect("the Deployment's pod is admitted under restricted");
     // The control: the same pod without its securityContext is refused, so the
     // admission above proves something.
     let mut loose = pod.clone();
@@ -170,11 +128,7 @@ async fn the_pod_template_is_admitted_under_pod_security_restricted() {
     match pods.create(&PostParams::default(), &loose).await {
         Err(kube::Error::Api(s)) => {
             assert_eq!(s.code, 403, "{s:?}");
-            assert!(
-                s.message.contains("violates PodSecurity \"restricted:latest\""),
-                "{}",
-                s.message
-            );
+            assert!(s.message.contains("violates PodSecurity \"restricted:latest\""), "{}", s.message);
         }
         other => panic!("a pod without securityContext was admitted: {other:?}"),
     }

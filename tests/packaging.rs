@@ -14,43 +14,25 @@ fn read(file: &str) -> String {
 }
 
 fn deployment() -> Value {
-    common::manifest()
-        .into_iter()
-        .find(|o| o["kind"] == "Deployment")
-        .expect("a Deployment")
+    common::manifest().into_iter().find(|o| o["kind"] == "Deployment").expect("a Deployment")
 }
 
 #[test]
 fn the_dockerfile_copies_what_exists_and_ships_this_binary() {
     let dockerfile = read("Dockerfile");
-    for line in dockerfile
-        .lines()
-        .filter(|l| l.starts_with("COPY ") && !l.contains("--from="))
-    {
+    for line in dockerfile.lines().filter(|l| l.starts_with("COPY ") && !l.contains("--from=")) {
         let parts: Vec<&str> = line.split_whitespace().collect();
         for source in &parts[1..parts.len() - 1] {
-            assert!(
-                Path::new(env!("CARGO_MANIFEST_DIR")).join(source).exists(),
-                "Dockerfile copies missing {source}"
-            );
+            assert!(Path::new(env!("CARGO_MANIFEST_DIR")).join(source).exists(), "Dockerfile copies missing {source}");
         }
     }
     assert!(dockerfile.contains("cargo build --release --locked"));
     let binary = format!("/src/target/release/{}", env!("CARGO_PKG_NAME"));
     assert!(dockerfile.contains(&binary), "the runtime stage must copy {binary}");
-    let entry = dockerfile
-        .lines()
-        .find(|l| l.starts_with("ENTRYPOINT"))
-        .expect("ENTRYPOINT");
-    assert!(
-        entry.contains(&format!("/usr/local/bin/{}", env!("CARGO_PKG_NAME"))),
-        "{entry}"
-    );
+    let entry = dockerfile.lines().find(|l| l.starts_with("ENTRYPOINT")).expect("ENTRYPOINT");
+    assert!(entry.contains(&format!("/usr/local/bin/{}", env!("CARGO_PKG_NAME"))), "{entry}");
     // The build image's toolchain is the one the crate allows.
-    let from = dockerfile
-        .lines()
-        .find(|l| l.starts_with("FROM rust:"))
-        .expect("a rust build stage");
+    let from = dockerfile.lines().find(|l| l.starts_with("FROM rust:")).expect("a rust build stage");
     let version = from.trim_start_matches("FROM rust:").split('-').next().unwrap();
     let minor = |v: &str| v.split('.').nth(1).unwrap().parse::<u32>().unwrap();
     assert!(minor(version) >= minor(env!("CARGO_PKG_RUST_VERSION")), "{from}");
@@ -59,11 +41,7 @@ fn the_dockerfile_copies_what_exists_and_ships_this_binary() {
 #[test]
 fn the_image_user_matches_the_manifest_and_is_not_root() {
     let dockerfile = read("Dockerfile");
-    let user = dockerfile
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("USER "))
-        .expect("USER in the runtime stage");
+    let user = dockerfile.lines().rev().find_map(|l| l.strip_prefix("USER ")).expect("USER in the runtime stage");
     let (uid, gid) = user.trim().split_once(':').expect("USER uid:gid");
     assert_ne!(uid, "0");
     let pod_security = &deployment()["spec"]["template"]["spec"]["securityContext"];
@@ -79,12 +57,7 @@ fn ports_and_probes_match_the_binary_defaults() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| {
-            (
-                p["name"].as_str().unwrap().to_string(),
-                p["containerPort"].as_u64().unwrap(),
-            )
-        })
+        .map(|p| (p["name"].as_str().unwrap().to_string(), p["containerPort"].as_u64().unwrap()))
         .collect();
     // --metrics-addr and --probe-addr default to 0.0.0.0:8080 and 0.0.0.0:8081.
     assert_eq!(ports, [("metrics".to_string(), 8080), ("probes".to_string(), 8081)]);
@@ -96,10 +69,7 @@ fn ports_and_probes_match_the_binary_defaults() {
     assert!(dockerfile.contains("EXPOSE 8080 8081"));
     let help = std::process::Command::new(common::BIN).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
-    assert!(
-        help.contains("[default: 0.0.0.0:8080]") && help.contains("[default: 0.0.0.0:8081]"),
-        "{help}"
-    );
+    assert!(help.contains("[default: 0.0.0.0:8080]") && help.contains("[default: 0.0.0.0:8081]"), "{help}");
 }
 
 #[test]
@@ -108,13 +78,6 @@ fn make_deploy_can_substitute_the_image() {
     let makefile = read("Makefile");
     assert!(makefile.contains("IMAGE ?= demo-controller:dev"));
     assert!(makefile.contains("s|image: demo-controller:dev|image: $(IMAGE)|"));
-    assert_eq!(
-        deployment()["spec"]["template"]["spec"]["containers"][0]["image"],
-        "demo-controller:dev"
-    );
-    assert_eq!(
-        deployment()["spec"]["replicas"],
-        1,
-        "two replicas would log every event twice"
-    );
+    assert_eq!(deployment()["spec"]["template"]["spec"]["containers"][0]["image"], "demo-controller:dev");
+    assert_eq!(deployment()["spec"]["replicas"], 1, "two replicas would log every event twice");
 }

@@ -11,8 +11,7 @@ const T: Duration = Duration::from_secs(30);
 
 /// The value of one sample of a Prometheus text page.
 fn sample(page: &str, series: &str) -> Option<f64> {
-    page.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    page.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -38,19 +37,9 @@ async fn metrics_count_exactly_what_happened() {
     assert_eq!(status, 200);
     // Every logged line is counted, terminating updates included.
     let terminating = logger.lines().iter().filter(|v| v["changes"] == "terminating").count() as f64;
-    assert_eq!(
-        sample(&page, "demo_controller_events_total{kind=\"onAdd\"}"),
-        Some(3.0),
-        "{page}"
-    );
-    assert_eq!(
-        sample(&page, "demo_controller_events_total{kind=\"onUpdate\"}"),
-        Some(2.0 + terminating)
-    );
-    assert_eq!(
-        sample(&page, "demo_controller_events_total{kind=\"onDelete\"}"),
-        Some(1.0)
-    );
+    assert_eq!(sample(&page, "demo_controller_events_total{kind=\"onAdd\"}"), Some(3.0), "{page}");
+    assert_eq!(sample(&page, "demo_controller_events_total{kind=\"onUpdate\"}"), Some(2.0 + terminating));
+    assert_eq!(sample(&page, "demo_controller_events_total{kind=\"onDelete\"}"), Some(1.0));
     assert_eq!(sample(&page, "demo_controller_cache_pods"), Some(2.0));
     assert_eq!(sample(&page, "demo_controller_relists_total"), Some(1.0));
     assert_eq!(sample(&page, "demo_controller_resyncs_total"), Some(0.0));
@@ -59,23 +48,11 @@ async fn metrics_count_exactly_what_happened() {
     // Each of the 6 (+terminating) changes was one add to the queue and one sync.
     let changes = 6.0 + terminating;
     assert_eq!(sample(&page, "workqueue_adds_total{name=\"pods\"}"), Some(changes));
-    assert_eq!(
-        sample(&page, "workqueue_work_duration_seconds_count{name=\"pods\"}"),
-        Some(changes)
-    );
-    assert_eq!(
-        sample(&page, "workqueue_queue_duration_seconds_count{name=\"pods\"}"),
-        Some(changes)
-    );
+    assert_eq!(sample(&page, "workqueue_work_duration_seconds_count{name=\"pods\"}"), Some(changes));
+    assert_eq!(sample(&page, "workqueue_queue_duration_seconds_count{name=\"pods\"}"), Some(changes));
     assert_eq!(sample(&page, "workqueue_retries_total{name=\"pods\"}"), Some(0.0));
-    assert_eq!(
-        sample(&page, "workqueue_unfinished_work_seconds{name=\"pods\"}"),
-        Some(0.0)
-    );
-    assert_eq!(
-        sample(&page, "workqueue_longest_running_processor_seconds{name=\"pods\"}"),
-        Some(0.0)
-    );
+    assert_eq!(sample(&page, "workqueue_unfinished_work_seconds{name=\"pods\"}"), Some(0.0));
+    assert_eq!(sample(&page, "workqueue_longest_running_processor_seconds{name=\"pods\"}"), Some(0.0));
     for family in [
         "# TYPE workqueue_queue_duration_seconds histogram",
         "# TYPE workqueue_work_duration_seconds histogram",
@@ -95,18 +72,7 @@ async fn readyz_is_200_after_sync_and_healthz_fails_on_a_stuck_worker() {
     let faults = format!("stall={ns}/stuck");
     let logger = Logger::start_with(
         &c.kubeconfig,
-        &[
-            "-n",
-            &ns,
-            "--probe-addr",
-            &addr,
-            "--metrics-addr",
-            &addr,
-            "--stuck-after",
-            "2s",
-            "--workers",
-            "2",
-        ],
+        &["-n", &ns, "--probe-addr", &addr, "--metrics-addr", &addr, "--stuck-after", "2s", "--workers", "2"],
         &[("DEMO_CONTROLLER_FAULTS", &faults)],
     );
     logger.synced().await;
@@ -129,10 +95,7 @@ async fn readyz_is_200_after_sync_and_healthz_fails_on_a_stuck_worker() {
     logger.wait_message(&format!("onAdd: {ns}/free"), T).await;
     assert_eq!(http_get(port, "/readyz").0, 200);
     let (_, page) = http_get(port, "/metrics");
-    assert!(
-        sample(&page, "workqueue_longest_running_processor_seconds{name=\"pods\"}").unwrap() > 2.0,
-        "{page}"
-    );
+    assert!(sample(&page, "workqueue_longest_running_processor_seconds{name=\"pods\"}").unwrap() > 2.0, "{page}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -145,11 +108,7 @@ async fn healthz_stays_200_while_the_apiserver_is_down() {
     let logger = Logger::start(&c.kubeconfig, &["-n", &ns, "--probe-addr", &addr]);
     logger.synced().await;
     plane.kill_apiserver();
-    logger
-        .wait_for("a watch error", T, |v| {
-            v["message"].as_str().is_some_and(|m| m.starts_with("watch failed"))
-        })
-        .await;
+    logger.wait_for("a watch error", T, |v| v["message"].as_str().is_some_and(|m| m.starts_with("watch failed"))).await;
     // An outage is not the logger's illness: a restart would not help.
     for _ in 0..5 {
         assert_eq!(http_get(port, "/healthz"), (200, "ok\n".into()));

@@ -41,23 +41,13 @@ pub async fn cluster() -> Cluster {
 pub async fn cluster_at(dir: PathBuf) -> Cluster {
     let kubeconfig = dir.join("kubeconfig");
     let client = client_for(&kubeconfig).await;
-    Cluster {
-        dir,
-        kubeconfig,
-        client,
-    }
+    Cluster { dir, kubeconfig, client }
 }
 
 pub async fn client_for(kubeconfig: &std::path::Path) -> Client {
-    let kc = Kubeconfig::read_from(kubeconfig).unwrap_or_else(|e| {
-        panic!(
-            "cannot read {}: {e}: is the local control plane up?",
-            kubeconfig.display()
-        )
-    });
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig");
+    let kc = Kubeconfig::read_from(kubeconfig)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}: is the local control plane up?", kubeconfig.display()));
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
     Client::try_from(config).expect("client")
 }
 
@@ -66,28 +56,13 @@ pub async fn client_for(kubeconfig: &std::path::Path) -> Client {
 /// ServiceAccount the ServiceAccount admission plugin requires for pods.
 pub async fn namespace(client: &Client, prefix: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        % 1_000_000;
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() % 1_000_000;
     let name = format!("{prefix}-{stamp}-{}", N.fetch_add(1, Ordering::SeqCst));
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("create namespace");
+    let ns =
+        Namespace { metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() }, ..Default::default() };
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("create namespace");
     let sa = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some("default".into()),
-            ..Default::default()
-        },
+        metadata: ObjectMeta { name: Some("default".into()), ..Default::default() },
         ..Default::default()
     };
     Api::<ServiceAccount>::namespaced(client.clone(), &name)
@@ -100,11 +75,7 @@ pub async fn namespace(client: &Client, prefix: &str) -> String {
 pub fn pod(name: &str, labels: &[(&str, &str)]) -> Pod {
     let labels: BTreeMap<String, String> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(labels),
-            ..Default::default()
-        },
+        metadata: ObjectMeta { name: Some(name.into()), labels: Some(labels), ..Default::default() },
         spec: Some(PodSpec {
             containers: vec![Container {
                 name: "c".into(),
@@ -150,10 +121,7 @@ pub async fn add_finalizer(client: &Client, ns: &str, name: &str) {
 }
 
 pub async fn delete(client: &Client, ns: &str, name: &str) {
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .delete(name, &DeleteParams::default())
-        .await
-        .expect("delete pod");
+    Api::<Pod>::namespaced(client.clone(), ns).delete(name, &DeleteParams::default()).await.expect("delete pod");
 }
 
 /// The demo-controller binary, running, with its log lines collected.
@@ -188,11 +156,7 @@ impl Logger {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start demo-controller");
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start demo-controller");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let out = child.stdout.take().expect("stdout");
@@ -223,11 +187,7 @@ impl Logger {
 
     pub fn dump(&self) -> String {
         let out: Vec<String> = self.lines().iter().map(|v| v.to_string()).collect();
-        format!(
-            "stdout:\n{}\nstderr:\n{}",
-            out.join("\n"),
-            self.stderr.lock().unwrap().join("\n")
-        )
+        format!("stdout:\n{}\nstderr:\n{}", out.join("\n"), self.stderr.lock().unwrap().join("\n"))
     }
 
     /// Waits until a line satisfies `pred`; fails the test with every line
@@ -260,10 +220,7 @@ impl Logger {
     /// `a_deleted_pod_is_terminating_first` checks that line where it is
     /// deterministic (a finalizer holds the pod).
     pub fn events(&self, ns: &str) -> Vec<String> {
-        self.event_lines(ns)
-            .iter()
-            .map(|v| v["message"].as_str().unwrap_or_default().to_string())
-            .collect()
+        self.event_lines(ns).iter().map(|v| v["message"].as_str().unwrap_or_default().to_string()).collect()
     }
 
     pub fn event_lines(&self, ns: &str) -> Vec<Value> {
@@ -281,11 +238,7 @@ impl Logger {
         let start = Instant::now();
         while self.events(ns).len() < n {
             if start.elapsed() > Duration::from_secs(30) {
-                panic!(
-                    "expected {n} event lines for {ns}, got {:?}\n{}",
-                    self.events(ns),
-                    self.dump()
-                );
+                panic!("expected {n} event lines for {ns}, got {:?}\n{}", self.events(ns), self.dump());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -294,11 +247,7 @@ impl Logger {
     }
 
     pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(self.pid().to_string())
-            .status()
-            .expect("kill");
+        let ok = Command::new("kill").arg(format!("-{sig}")).arg(self.pid().to_string()).status().expect("kill");
         assert!(ok.success(), "kill -{sig} failed");
     }
 
@@ -337,11 +286,7 @@ impl Drop for Logger {
 /// The API server's URL, from the control plane's env file.
 pub fn server_url(dir: &std::path::Path) -> String {
     let env = std::fs::read_to_string(dir.join("env")).expect("cluster env file");
-    env.lines()
-        .find_map(|l| l.strip_prefix("APISERVER_URL="))
-        .expect("APISERVER_URL")
-        .trim_matches('"')
-        .to_string()
+    env.lines().find_map(|l| l.strip_prefix("APISERVER_URL=")).expect("APISERVER_URL").trim_matches('"').to_string()
 }
 
 pub fn b64(path: &std::path::Path) -> String {
@@ -358,9 +303,7 @@ pub fn tmp_file(name: &str, content: &str) -> PathBuf {
 
 /// A kubeconfig for `server` with an optional CA and the given user lines.
 pub fn kubeconfig(name: &str, server: &str, ca_data: Option<String>, user: &str) -> PathBuf {
-    let ca = ca_data
-        .map(|d| format!("\n    certificate-authority-data: {d}"))
-        .unwrap_or_default();
+    let ca = ca_data.map(|d| format!("\n    certificate-authority-data: {d}")).unwrap_or_default();
     tmp_file(
         name,
         &format!(
@@ -376,11 +319,7 @@ pub fn kubeconfig(name: &str, server: &str, ca_data: Option<String>, user: &str)
 pub async fn token(client: &Client, ns: &str, sa: &str) -> String {
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        },
+        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), ..Default::default() },
         ..Default::default()
     };
     let made = Api::<ServiceAccount>::namespaced(client.clone(), ns)
@@ -391,27 +330,14 @@ pub async fn token(client: &Client, ns: &str, sa: &str) -> String {
 }
 
 pub async fn service_account(client: &Client, ns: &str, name: &str) {
-    let sa = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<ServiceAccount>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &sa)
-        .await
-        .expect("create sa");
+    let sa =
+        ServiceAccount { metadata: ObjectMeta { name: Some(name.into()), ..Default::default() }, ..Default::default() };
+    Api::<ServiceAccount>::namespaced(client.clone(), ns).create(&PostParams::default(), &sa).await.expect("create sa");
 }
 
 /// A kubeconfig that authenticates with `token` against the cluster in `dir`.
 pub fn token_kubeconfig(dir: &std::path::Path, name: &str, token: &str) -> PathBuf {
-    kubeconfig(
-        name,
-        &server_url(dir),
-        Some(b64(&dir.join("pki/ca.crt"))),
-        &format!("    token: {token}"),
-    )
+    kubeconfig(name, &server_url(dir), Some(b64(&dir.join("pki/ca.crt"))), &format!("    token: {token}"))
 }
 
 /// Grants get/list/watch on pods in `ns` to a ServiceAccount, with a Role.
@@ -447,9 +373,7 @@ pub async fn apply(client: &Client, object: &Value, dry_run: bool) -> Result<Val
     };
     let mut params = PatchParams::apply("demo-controller-tests").force();
     params.dry_run = dry_run;
-    api.patch(name, &params, &Patch::Apply(object))
-        .await
-        .map(|o| serde_json::to_value(o).unwrap())
+    api.patch(name, &params, &Patch::Apply(object)).await.map(|o| serde_json::to_value(o).unwrap())
 }
 
 /// The objects of demo-controller.yaml.
@@ -460,11 +384,7 @@ pub fn manifest() -> Vec<Value> {
 
 /// A free port on loopback (bound and released: good enough for tests).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A plain HTTP/1.1 GET on loopback: (status, body); status 0 when nothing answers.
@@ -474,17 +394,11 @@ pub fn http_get(port: u16, path: &str) -> (u16, String) {
         return (0, String::new());
     };
     stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let _ = write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    );
+    let _ = write!(stream, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
     let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     (status, body)
 }
 
@@ -508,14 +422,8 @@ impl Plane {
             .arg(&dir)
             .output()
             .expect("run cluster/up.sh");
-        assert!(
-            out.status.success(),
-            "cluster/up.sh failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Plane {
-            cluster: cluster_at(dir).await,
-        }
+        assert!(out.status.success(), "cluster/up.sh failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        Plane { cluster: cluster_at(dir).await }
     }
 
     pub fn dir(&self) -> &std::path::Path {
@@ -523,11 +431,7 @@ impl Plane {
     }
 
     fn pid(&self, name: &str) -> Option<u32> {
-        std::fs::read_to_string(self.dir().join(format!("{name}.pid")))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        std::fs::read_to_string(self.dir().join(format!("{name}.pid"))).ok()?.trim().parse().ok()
     }
 
     /// Kills the kube-apiserver (SIGKILL: a crash, not a polite stop) and
@@ -599,17 +503,12 @@ impl Plane {
         let start = Instant::now();
         loop {
             if client.apiserver_version().await.is_ok() {
-                let ready = client
-                    .request_text(http::Request::get("/readyz").body(vec![]).unwrap())
-                    .await;
+                let ready = client.request_text(http::Request::get("/readyz").body(vec![]).unwrap()).await;
                 if ready.is_ok_and(|t| t.trim() == "ok") {
                     return;
                 }
             }
-            assert!(
-                start.elapsed() < Duration::from_secs(90),
-                "kube-apiserver at {url} not ready after 90 s"
-            );
+            assert!(start.elapsed() < Duration::from_secs(90), "kube-apiserver at {url} not ready after 90 s");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
@@ -617,10 +516,6 @@ impl Plane {
 
 impl Drop for Plane {
     fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(repo().join("cluster/down.sh"))
-            .arg("--dir")
-            .arg(self.dir())
-            .output();
+        let _ = Command::new("bash").arg(repo().join("cluster/down.sh")).arg("--dir").arg(self.dir()).output();
     }
 }
