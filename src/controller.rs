@@ -80,7 +80,7 @@ impl Controller {
             _ = self.cache.store().wait_until_ready() => {}
             _ = shutdown.cancelled() => {
                 let _ = informer.await;
-                info!(processed = 0, dropped = 0, "shutdown complete (before the cache synced)");
+                info!(left = 0, "shutdown complete (before the cache synced)");
                 return;
             }
         }
@@ -109,8 +109,9 @@ impl Controller {
         if drained.is_ok() {
             info!(left = 0, "shutdown complete");
         } else {
-            // Stop the workers at their next await (never inside a sync: it
-            // does not await), so no line follows this last one.
+            // Stop the workers at their next await. That is never between two
+            // lines of one key (worker.sync does not await), and it means no
+            // line follows this last one.
             workers.shutdown().await;
             let left = self.queue.len() + self.queue.in_flight().len();
             warn!(left, "shutdown complete: drain timed out, the rest is dropped");
