@@ -3,19 +3,20 @@
 # from the Go modules pinned in cluster/kube-apiserver and cluster/etcd, and
 # prints the directory that holds them.
 #
-# A cold build compiles all of kube-apiserver (about 10 minutes on 2 cores), so
+# A cold build compiles all of kube-apiserver (about 7 minutes on 2 cores), so
 # the result is cached outside the checkout, under a key that hashes everything
 # that produced it: both go.mod/go.sum pairs, this script and the Go version.
 # Change any of them and the next run builds afresh; change nothing and every
 # later run (a new clone, CI on the same machine) reuses the binaries.
 set -euo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-
+# First, before any other command: say what is missing in one line.
 if ! command -v go >/dev/null 2>&1; then
 	echo "error: Go is not installed; the local control plane is built from Go modules: install Go 1.25 or newer (https://go.dev/dl) and run this again" >&2
 	exit 1
 fi
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 # Versions, in one place; go.mod files pin the same ones.
 k8s_version=v1.35.4
@@ -41,7 +42,7 @@ mkdir -p "$cache"
 tmp=$(mktemp -d "$cache/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-echo "building kube-apiserver $k8s_version and etcd $etcd_version from Go modules (cold build: about 10 minutes on 2 cores; cached in $cache)" >&2
+echo "building kube-apiserver $k8s_version and etcd $etcd_version from Go modules (cold build: about 7 minutes on 2 cores; cached in $cache)" >&2
 start=$SECONDS
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
 

@@ -81,3 +81,19 @@ fn make_deploy_can_substitute_the_image() {
     assert_eq!(deployment()["spec"]["template"]["spec"]["containers"][0]["image"], "demo-controller:dev");
     assert_eq!(deployment()["spec"]["replicas"], 1, "two replicas would log every event twice");
 }
+
+#[test]
+fn building_the_control_plane_without_go_says_what_to_install() {
+    let out = std::process::Command::new("/bin/bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster/build.sh"))
+        .env_clear()
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "error: Go is not installed; the local control plane is built from Go modules: install Go 1.25 or newer \
+         (https://go.dev/dl) and run this again\n"
+    );
+}
