@@ -13,7 +13,7 @@
 use std::error::Error as StdError;
 use std::path::PathBuf;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::pod::Pod;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::runtime::watcher;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::pod::Pod;
 use kube::Api;
 use kube::runtime::watcher;
 use tokio::task::JoinSet;

@@ -14,8 +14,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::pod::Pod;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, ResourceExt};
@@ -183,7 +183,7 @@ pub async fn run(
                     backoff.reset();
                     probes::watch_error(None);
                 }
-                for key in cache.apply(event.modify(crate::pod::prune)) {
+                for key in cache.apply(event) {
                     queue.add(key);
                 }
                 metrics::cache_pods(cache.store().len());

@@ -6,7 +6,7 @@
 //! main.rs        flags, client, signals; starts the controller
 //! controller.rs  Run: informer, wait for cache sync, resync, workers,
 //!                processNextWorkItem, shutdown
-//! informer.rs    watch -> prune -> cache (Store) -> `namespace/name` keys
+//! informer.rs    watch -> cache (Store) -> `namespace/name` keys
 //! queue.rs       the de-duplicating, rate-limited work queue
 //! worker.rs      the sync handler: cache vs last logged -> onAdd/onUpdate/onDelete
 //! ```
@@ -30,7 +30,7 @@ mod worker;
 
 use std::process::ExitCode;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::pod::Pod;
 use kube::Api;
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;

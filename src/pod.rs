@@ -1,42 +1,96 @@
 //! What of a pod we keep, and what we show.
 //!
 //! Two small decisions every pod logger makes: which fields are worth their
-//! memory in the cache (`prune`), and which ones a line about the pod should
+//! memory in the cache (`Pod`), and which ones a line about the pod should
 //! carry and compare (`PodState`).
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodSpec, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::ResourceExt;
+use serde::{Deserialize, Deserializer};
 
-/// Drops what we never log before it reaches the store: the cache then holds a
-/// few hundred bytes per pod instead of several KiB (`managedFields` alone is
-/// often half of a pod). Kept: name, namespace, uid and resourceVersion (the
-/// cache and the worker need them) and every field the log lines show.
-pub fn prune(pod: &mut Pod) {
-    let meta = &mut pod.metadata;
-    meta.managed_fields = None;
-    meta.annotations = None;
-    meta.owner_references = None;
-    meta.finalizers = None;
-    let node_name = pod.spec.as_mut().and_then(|spec| spec.node_name.take());
-    pod.spec = Some(PodSpec { node_name, ..PodSpec::default() });
-    if let Some(status) = pod.status.take() {
-        let mut containers = status.container_statuses.unwrap_or_default();
-        for c in &mut containers {
-            // Keep name, ready and restartCount; drop image, state and the rest.
-            *c = ContainerStatus {
-                name: std::mem::take(&mut c.name),
-                ready: c.ready,
-                restart_count: c.restart_count,
-                ..Default::default()
-            };
-        }
-        pod.status = Some(PodStatus {
-            phase: status.phase,
-            container_statuses: Some(containers).filter(|c| !c.is_empty()),
-            ..PodStatus::default()
-        });
+/// A pod as the cache keeps it: only the fields the log lines use.
+///
+/// Why not k8s-openapi's `Pod`? It takes 2.4 KiB before a single string is
+/// stored (its spec and status are inline, even when empty), and parsing it
+/// allocates every field the API server sends, `managedFields` included, only
+/// for us to drop them. serde skips the fields a type does not declare without
+/// allocating them, so declaring just what we log is "prune before the store"
+/// done once, at parse time: nothing unused ever reaches the cache.
+///
+/// It is still a Kubernetes resource to kube (see the two trait impls below),
+/// so `Api<Pod>`, the watcher and the reflector `Store` work as usual.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct Pod {
+    #[serde(deserialize_with = "kept_metadata")]
+    pub metadata: ObjectMeta,
+    pub spec: Option<Spec>,
+    pub status: Option<Status>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Spec {
+    pub node_name: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub phase: Option<String>,
+    pub container_statuses: Option<Vec<ContainerStatus>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStatus {
+    pub ready: bool,
+    pub restart_count: i32,
+}
+
+/// The metadata we keep: what identifies the pod (name, namespace, uid,
+/// resourceVersion) and what the log shows (labels, deletionTimestamp).
+/// `managedFields`, annotations, owners and the rest are skipped unparsed.
+fn kept_metadata<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Kept {
+        name: Option<String>,
+        namespace: Option<String>,
+        uid: Option<String>,
+        resource_version: Option<String>,
+        labels: Option<BTreeMap<String, String>>,
+        deletion_timestamp: Option<Time>,
+    }
+    let m = Kept::deserialize(deserializer)?;
+    Ok(ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        labels: m.labels,
+        deletion_timestamp: m.deletion_timestamp,
+        ..ObjectMeta::default()
+    })
+}
+
+impl k8s_openapi::Resource for Pod {
+    const API_VERSION: &'static str = "v1";
+    const GROUP: &'static str = "";
+    const KIND: &'static str = "Pod";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "pods";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl k8s_openapi::Metadata for Pod {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
     }
 }
 
@@ -118,41 +172,54 @@ fn or_none(s: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::informer::tests::pod;
 
     #[test]
-    fn prune_keeps_what_the_log_shows_and_drops_the_rest() {
-        let mut p = pod("a", "p", "u1", "7");
-        p.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
-        p.metadata.annotations = Some([("big".to_string(), "x".repeat(4096))].into());
-        p.metadata.managed_fields = Some(vec![Default::default()]);
-        p.spec =
-            Some(PodSpec { node_name: Some("n1".into()), containers: vec![Default::default()], ..Default::default() });
-        p.status = Some(PodStatus {
-            phase: Some("Running".into()),
-            container_statuses: Some(vec![ContainerStatus {
-                name: "c".into(),
-                image: "registry/image:tag".into(),
-                ready: true,
-                restart_count: 2,
-                ..Default::default()
-            }]),
-            host_ip: Some("10.0.0.1".into()),
-            ..Default::default()
+    fn parsing_keeps_what_the_log_shows_and_nothing_else() {
+        // A pod as the API server sends it, trimmed but with the heavy parts.
+        let json = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "p", "namespace": "a", "uid": "u1", "resourceVersion": "7",
+                "labels": {"app": "web"},
+                "annotations": {"big": "x".repeat(4096)},
+                "deletionTimestamp": "2026-11-21T15:00:00Z",
+                "managedFields": [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:metadata": {}}}],
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "uid": "o"}]
+            },
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "registry/image:tag"}]},
+            "status": {
+                "phase": "Running", "hostIP": "10.0.0.1",
+                "containerStatuses": [{"name": "c", "image": "registry/image:tag", "imageID": "sha256:1",
+                                       "ready": true, "restartCount": 2, "state": {"running": {}}}]
+            }
         });
-        prune(&mut p);
-        assert_eq!(p.uid().as_deref(), Some("u1"));
+        let p: Pod = serde_json::from_value(json).unwrap();
+        assert_eq!((p.name_any(), p.namespace().as_deref(), p.uid().as_deref()), ("p".into(), Some("a"), Some("u1")));
         assert_eq!(p.resource_version().as_deref(), Some("7"));
         assert_eq!(p.labels().get("app").map(String::as_str), Some("web"));
+        assert!(p.metadata.deletion_timestamp.is_some());
         assert!(p.metadata.annotations.is_none() && p.metadata.managed_fields.is_none());
-        let spec = p.spec.as_ref().unwrap();
-        assert_eq!(spec.node_name.as_deref(), Some("n1"));
-        assert!(spec.containers.is_empty());
+        assert!(p.metadata.owner_references.is_none());
+        assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"));
         let status = p.status.as_ref().unwrap();
         assert_eq!(status.phase.as_deref(), Some("Running"));
-        assert!(status.host_ip.is_none());
         let c = &status.container_statuses.as_ref().unwrap()[0];
-        assert_eq!((c.name.as_str(), c.ready, c.restart_count, c.image.as_str()), ("c", true, 2, ""));
+        assert_eq!((c.ready, c.restart_count), (true, 2));
+        let state = PodState::of(&p);
+        assert_eq!((state.ready, state.containers, state.restarts, state.terminating), (1, 1, 2, true));
+    }
+
+    #[test]
+    fn a_pod_with_neither_spec_nor_status_parses() {
+        let p: Pod = serde_json::from_str(r#"{"metadata": {"name": "p", "namespace": "a"}}"#).unwrap();
+        assert_eq!(PodState::of(&p).phase, "Unknown");
+    }
+
+    #[test]
+    fn the_slim_pod_is_a_fraction_of_k8s_openapis() {
+        let slim = std::mem::size_of::<Pod>();
+        let full = std::mem::size_of::<k8s_openapi::api::core::v1::Pod>();
+        assert!(slim * 4 < full, "slim {slim} B vs full {full} B");
     }
 
     #[test]

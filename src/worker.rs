@@ -80,11 +80,21 @@ impl Worker {
     /// what it logged (tests read it).
     pub fn sync(&self, key: &Key) -> Vec<Change> {
         let snapshot = self.cache.read(key);
+        let mut last = self.last.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // The common case of a resync: the same pod at the same resourceVersion
+        // and nothing deleted meanwhile. Say so before allocating anything.
+        if snapshot.tombstones.is_empty()
+            && let (Some(pod), Some(seen)) = (&snapshot.current, last.get(key))
+            && pod.metadata.uid.as_deref() == Some(seen.uid.as_str())
+            && pod.metadata.resource_version.as_deref() == Some(seen.resource_version.as_str())
+        {
+            debug!(%key, "no change (resync or a merged add+delete already logged)");
+            return Vec::new();
+        }
         let current = snapshot.current.as_deref().map(PodState::of);
         let tombstones: Vec<PodState> = snapshot.tombstones.iter().map(|p| PodState::of(p)).collect();
         // Only the pod in the cache now can be one from the initial list.
         let initial_uid = current.as_ref().filter(|_| snapshot.initial).map(|p| p.uid.clone());
-        let mut last = self.last.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let changes = decide(last.get(key), &tombstones, current.as_ref());
         match current {
             Some(now) => last.insert(key.clone(), now),
@@ -128,7 +138,7 @@ fn log(key: &Key, change: &Change, initial: bool) {
 mod tests {
     use super::*;
     use crate::informer::tests::pod;
-    use k8s_openapi::api::core::v1::Pod;
+    use crate::pod::Pod;
     use kube::runtime::watcher::Event;
 
     fn state(uid: &str, rv: &str) -> PodState {
