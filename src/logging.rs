@@ -14,7 +14,10 @@ pub fn init(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     let (stdout, guard) =
         tracing_appender::non_blocking::NonBlockingBuilder::default().lossy(false).finish(std::io::stdout());
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,demo_controller=info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_writer(stdout);
+    // Colours only for a terminal: in a pipe or a log file they are noise.
+    let colours = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let builder =
+        tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_ansi(colours).with_writer(stdout);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),

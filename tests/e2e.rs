@@ -236,3 +236,29 @@ async fn a_second_signal_exits_at_once() {
     assert_eq!(status.code(), Some(130), "{}", logger.dump());
     assert_eq!(logger.lines().last().unwrap()["message"], "received SIGINT again: exiting at once");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn text_logs_into_a_pipe_are_plain_lines() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "text").await;
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("--kubeconfig").arg(&c.kubeconfig).args(["-n", &ns, "--probe-addr", "0", "--metrics-addr", "0"]);
+    let logger = Logger::spawn(cmd, &[]);
+    let synced =
+        logger.wait_for("cache synced", T, |v| v["raw"].as_str().is_some_and(|l| l.contains("cache synced"))).await;
+    create(&c.client, &ns, "plain", &[]).await;
+    let add = format!("onAdd: {ns}/plain");
+    let line = logger.wait_for("the onAdd line", T, |v| v["raw"].as_str().is_some_and(|l| l.contains(&add))).await;
+    let line = line["raw"].as_str().unwrap();
+    assert!(
+        !line.contains('\x1b') && !synced["raw"].as_str().unwrap().contains('\x1b'),
+        "colour codes in a pipe: {line:?}"
+    );
+    // timestamp, level, the classic message, then the fields.
+    let after_timestamp = line.split_once(' ').unwrap().1;
+    assert!(
+        after_timestamp.starts_with(&format!(" INFO {add} namespace=\"{ns}\" name=\"plain\" uid=\"")),
+        "{after_timestamp:?}"
+    );
+    assert!(line.ends_with("phase=\"Pending\""), "{line:?}");
+}
