@@ -40,3 +40,6 @@ cluster-up: ## Start the local control plane (prints export KUBECONFIG=...)
 
 cluster-down: ## Stop the local control plane and remove its state
 	bash cluster/down.sh --dir $(CLUSTER_DIR)
+
+bench: ## Side-by-side benchmark with the client-go baseline (minutes; writes bench/results.md)
+	bash bench/run.sh $(ARGS)
