@@ -131,9 +131,7 @@ impl Controller {
             let pods = self.cache.store().state();
             debug!(pods = pods.len(), "resync: queueing every cached pod");
             metrics::resynced();
-            for pod in pods {
-                self.queue.add(Key::of(&pod));
-            }
+            self.queue.add_all(pods.iter().map(|pod| Key::of(pod)));
         }
     }
 

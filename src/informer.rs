@@ -183,9 +183,7 @@ pub async fn run(
                     backoff.reset();
                     probes::watch_error(None);
                 }
-                for key in cache.apply(event) {
-                    queue.add(key);
-                }
+                queue.add_all(cache.apply(event));
                 metrics::cache_pods(cache.store().len());
             }
             Some(Err(error)) => {

@@ -60,6 +60,23 @@ struct State<T> {
     shutting_down: bool,
 }
 
+impl<T: Eq + Hash + Clone> State<T> {
+    /// The dedup rule, shared by `add` and `add_all`: whether `key` was queued.
+    fn enqueue(&mut self, key: T, metrics: &QueueMetrics) -> bool {
+        if self.shutting_down || self.dirty.contains_key(&key) {
+            return false;
+        }
+        self.dirty.insert(key.clone(), Instant::now());
+        // A key a worker holds stays only in `dirty`; `done` queues it again.
+        if self.processing.contains_key(&key) {
+            return false;
+        }
+        self.queue.push_back(key);
+        metrics.added(self.queue.len());
+        true
+    }
+}
+
 impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// `name` labels the queue's metrics, like client-go's named queues.
     pub fn new(name: &str) -> Arc<Self> {
@@ -86,20 +103,25 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
     /// Marks `key` as needing processing. Returns whether it was newly queued
     /// (false: already waiting, held by a worker, or shutting down).
     pub fn add(&self, key: T) -> bool {
+        let added = self.lock().enqueue(key, &self.metrics);
+        if added {
+            self.notify.notify_one();
+        }
+        added
+    }
+
+    /// Adds many keys under one lock and with one wake-up. A resync or a
+    /// relist queues every pod at once; waking a worker per key would cost
+    /// more than handling the keys. Returns how many were newly queued.
+    pub fn add_all(&self, keys: impl IntoIterator<Item = T>) -> usize {
         let mut state = self.lock();
-        if state.shutting_down || state.dirty.contains_key(&key) {
-            return false;
-        }
-        state.dirty.insert(key.clone(), Instant::now());
-        // A key a worker holds stays only in `dirty`; `done` queues it again.
-        if state.processing.contains_key(&key) {
-            return false;
-        }
-        state.queue.push_back(key);
-        self.metrics.added(state.queue.len());
+        let added = keys.into_iter().filter(|key| state.enqueue(key.clone(), &self.metrics)).count();
         drop(state);
-        self.notify.notify_one();
-        true
+        if added > 0 {
+            self.notify.notify_waiters(); // every parked worker...
+            self.notify.notify_one(); // ...and one about to park
+        }
+        added
     }
 
     /// Waits for a key and hands it to the caller, who must call [`Queue::done`]
@@ -315,6 +337,32 @@ mod tests {
         producer.join().unwrap();
         let got = timeout(Duration::from_secs(10), consumer).await.expect("a wake-up was lost").unwrap();
         assert_eq!(got, (0..1_000).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn add_all_dedups_and_wakes_every_parked_worker() {
+        let q = Queue::new("test");
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let q = q.clone();
+                tokio::spawn(async move { q.get().await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await; // both parked
+        assert_eq!(q.add_all(["a", "b", "a"]), 2, "the repeated key is queued once");
+        let mut got: Vec<&str> = Vec::new();
+        for w in workers {
+            got.push(
+                timeout(Duration::from_secs(5), w).await.expect("a parked worker was not woken").unwrap().unwrap(),
+            );
+        }
+        got.sort();
+        assert_eq!(got, ["a", "b"]);
+        // Held keys are parked, not queued, exactly as with `add`.
+        assert_eq!(q.add_all(["a", "c"]), 1);
+        assert_eq!(q.len(), 1);
+        q.done(&"a");
+        assert_eq!(q.len(), 2);
     }
 
     #[tokio::test]
