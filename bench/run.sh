@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# `make bench`: demo-controller against the client-go baseline logger on a
+# dedicated local control plane. Builds both loggers and the harness
+# (examples/bench.rs), starts the control plane in target/bench-cluster, runs
+# the harness and always stops the control plane again, also on Ctrl-C.
+# The harness prints a markdown table and writes bench/results.md and
+# bench/results.svg.
+#
+# Usage: bench/run.sh [--sizes 1000,10000] [--burst 5000] [--idle 60s] [--out bench]
+#
+# The default run takes about ten minutes on 2 cores. For a quick look:
+#     bench/run.sh --sizes 200 --burst 300 --idle 5s --out target/bench-quick
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+dir=$repo/target/bench-cluster
+say() { echo "run.sh: $*" >&2; }
+
+case ${1:-} in -h | --help)
+	sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2
+	exit 0
+	;;
+esac
+
+# The harness runs in the background so that a signal reaches this script at
+# once (bash runs traps only between commands); cleanup stops the harness
+# (which kills the logger it runs) before the control plane under it.
+bench=
+cleanup() {
+	local status=$?
+	trap - EXIT INT TERM
+	if [[ -n $bench ]] && kill -0 "$bench" 2>/dev/null; then
+		kill -TERM "$bench" 2>/dev/null || true
+		wait "$bench" 2>/dev/null || true
+	fi
+	bash cluster/down.sh --dir "$dir" || true
+	exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM HUP
+
+say "building demo-controller and the harness (release)"
+cargo build --release --locked
+cargo build --release --locked --example bench
+
+say "building the client-go baseline logger"
+[[ -f bench/build-go-logger.sh ]] || { say "error: bench/build-go-logger.sh is missing"; exit 1; }
+go_logger=$(bash bench/build-go-logger.sh | tail -n1)
+[[ -x $go_logger ]] || { say "error: bench/build-go-logger.sh printed '$go_logger', which is not an executable"; exit 1; }
+
+say "starting a dedicated control plane in $dir"
+bash cluster/up.sh --dir "$dir" >/dev/null
+
+# For results.md: the command that produced it.
+BENCH_COMMAND=bench/run.sh
+(($#)) && BENCH_COMMAND+=$(printf ' %q' "$@")
+export BENCH_COMMAND
+target/release/examples/bench --kubeconfig "$dir/kubeconfig" \
+	--rust-logger target/release/demo-controller --go-logger "$go_logger" "$@" &
+bench=$!
+wait "$bench"
