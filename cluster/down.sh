@@ -9,7 +9,7 @@
 # Idempotent: without DIR it does nothing and exits 0.
 set -euo pipefail
 
-source "$(dirname "${BASH_SOURCE[0]}")/args.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 log() { echo "down.sh: $*" >&2; }
 
@@ -33,33 +33,10 @@ while ((!held_by_caller)); do
 	exec 9<&-
 done
 
-# alive PID: running, not a zombie waiting for its parent to reap it.
-alive() {
-	local stat
-	read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
-	stat=${stat##*) } # the state follows the command name, which may hold spaces
-	[[ -n $stat && ${stat%% *} != Z ]]
-}
-
 # ours PID: a live process whose command line names DIR, so a pid file holding
 # a recycled pid never gets an unrelated process killed.
 ours() {
 	alive "$1" && tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | grep -qF -- "$dir/"
-}
-
-# stop PID...: SIGTERM, up to 10 s to exit, then SIGKILL.
-stop() {
-	local pid deadline
-	(($#)) || return 0
-	kill -TERM "$@" 2>/dev/null || true
-	deadline=$((SECONDS + 10))
-	for pid in "$@"; do
-		while alive "$pid" && ((SECONDS < deadline)); do sleep 0.1; done
-		if alive "$pid"; then
-			log "pid $pid ignored SIGTERM for 10 s; killing it"
-			kill -KILL "$pid" 2>/dev/null || true
-		fi
-	done
 }
 
 apiservers=() etcds=()

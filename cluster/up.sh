@@ -26,7 +26,7 @@
 # cluster/down.sh stops everything and removes DIR.
 set -euo pipefail
 
-source "$(dirname "${BASH_SOURCE[0]}")/args.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 log() { echo "up.sh: $*" >&2; }
 
@@ -51,14 +51,6 @@ while :; do
 	exec 9<&-
 done
 export LOCAL_CLUSTER_LOCK_HELD=$dir # tells down.sh (called below) that we hold it
-
-# alive PID: running, not a zombie waiting to be reaped.
-alive() {
-	local stat
-	read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
-	stat=${stat##*) } # the state follows the command name, which may hold spaces
-	[[ -n $stat && ${stat%% *} != Z ]]
-}
 
 # pid_of NAME: the pid in DIR/NAME.pid if that process is alive and is one of
 # this DIR's processes (its command line names DIR), so a recycled pid is never
@@ -111,19 +103,9 @@ t0=${EPOCHREALTIME//[!0-9]/} # microseconds
 # logs stay in DIR for diagnosis; the next up.sh wipes them.
 started=()
 ok=0
-stop_pids() {
-	local pid deadline
-	(($#)) || return 0
-	kill -TERM "$@" 2>/dev/null || true
-	deadline=$((SECONDS + 10))
-	for pid in "$@"; do
-		while alive "$pid" && ((SECONDS < deadline)); do sleep 0.1; done
-		kill -KILL "$pid" 2>/dev/null || true
-	done
-}
 on_exit() {
 	((ok)) && return
-	stop_pids ${started[@]+"${started[@]}"}
+	stop ${started[@]+"${started[@]}"}
 	rm -f "$dir"/*.pid
 }
 trap on_exit EXIT
@@ -327,7 +309,7 @@ for attempt in 1 2 3; do
 	[[ -z $clash ]] && break
 	((attempt < 3)) || fail "$clash" "$clash: no free port after $attempt attempts"
 	log "a picked port was taken meanwhile ($clash); retrying with new ports"
-	stop_pids "${started[@]}"
+	stop "${started[@]}"
 	started=()
 	rm -rf "$dir/etcd" "$dir"/*.pid
 done
