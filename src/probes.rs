@@ -103,6 +103,16 @@ pub fn liveness(queue: &Queue<Key>, stuck_after: Duration) -> Result<String, Str
     Ok("ok".into())
 }
 
+/// A port we were asked to serve on but could not bind.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr} for {what}: {source}: pass {flag} with a free port, or 0 to turn it off")]
+pub struct ListenError {
+    addr: std::net::SocketAddr,
+    what: &'static str,
+    flag: &'static str,
+    source: std::io::Error,
+}
+
 /// Serves the probes and the metrics. Both listeners are bound before this
 /// returns, so a port already in use is a start-up error, not a log line.
 pub async fn serve(
@@ -110,7 +120,7 @@ pub async fn serve(
     metrics_addr: Option<std::net::SocketAddr>,
     queue: Arc<Queue<Key>>,
     stuck_after: Duration,
-) -> Result<(), String> {
+) -> Result<(), ListenError> {
     use axum::Router;
     use axum::http::StatusCode;
     use axum::routing::get;
@@ -141,9 +151,8 @@ pub async fn serve(
     };
     for (addr, what, router) in servers {
         let flag = if what == "metrics" { "--metrics-addr" } else { "--probe-addr" };
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-            format!("cannot listen on {addr} for {what}: {e}: pass {flag} with a free port, or 0 to turn it off")
-        })?;
+        let listener =
+            tokio::net::TcpListener::bind(addr).await.map_err(|source| ListenError { addr, what, flag, source })?;
         tracing::info!(%addr, "serving {what}");
         tokio::spawn(async move { axum::serve(listener, router).await });
     }
