@@ -22,7 +22,7 @@ use kube::{Api, Client, Config};
 /// One line for a watch error, with the server's own reason and a hint where
 /// we know the fix.
 pub fn describe(error: &watcher::Error) -> String {
-    let source = match error {
+    let (doing, error) = match error {
         watcher::Error::InitialListFailed(e) => ("listing pods", e),
         watcher::Error::WatchStartFailed(e) => ("starting the watch", e),
         watcher::Error::WatchFailed(e) => ("watching", e),
@@ -34,15 +34,15 @@ pub fn describe(error: &watcher::Error) -> String {
         }
         watcher::Error::NoResourceVersion => return error.to_string(),
     };
-    match source.1 {
+    match error {
         kube::Error::Api(status) if status.code == 403 => format!(
-            "{} is forbidden: {} (grant get, list and watch on pods to this identity: see demo-controller.yaml)",
-            source.0, status.message
+            "{doing} is forbidden: {} (grant get, list and watch on pods to this identity: see demo-controller.yaml)",
+            status.message
         ),
         kube::Error::Api(status) => {
-            format!("{} failed: {} ({}, {})", source.0, status.message, status.reason, status.code)
+            format!("{doing} failed: {} ({}, {})", status.message, status.reason, status.code)
         }
-        other => format!("{} failed: {}", source.0, chain(other)),
+        other => format!("{doing} failed: {}", chain(other)),
     }
 }
 

@@ -47,15 +47,15 @@ pub struct Controller {
 }
 
 impl Controller {
-    /// The work queue, for the probes and the metrics.
-    pub fn queue(&self) -> Arc<Queue<Key>> {
-        self.queue.clone()
-    }
-
     pub fn new(api: Api<Pod>, watch: watcher::Config, settings: Settings) -> Arc<Controller> {
         let cache = Cache::new();
         let worker = Worker::new(cache.clone(), settings.skip_existing);
         Arc::new(Controller { api, watch, cache, queue: Queue::new("pods"), worker, settings })
+    }
+
+    /// The work queue, for the probes and the metrics.
+    pub fn queue(&self) -> Arc<Queue<Key>> {
+        self.queue.clone()
     }
 
     /// Runs until `shutdown` is cancelled, then drains and returns.
