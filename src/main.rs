@@ -1,43 +1,20 @@
 //! demo-controller: a Kubernetes pod event logger to learn controllers from.
 //!
-//! The path of one pod change, file by file:
-//!
-//! ```text
-//! main.rs        flags, client, signals; starts the controller
-//! controller.rs  Run: informer, wait for cache sync, resync, workers,
-//!                processNextWorkItem, shutdown
-//! informer.rs    watch -> cache (Store) -> `namespace/name` keys
-//! queue.rs       the de-duplicating, rate-limited work queue
-//! worker.rs      the sync handler: cache vs last logged -> onAdd/onUpdate/onDelete
-//! ```
-//!
-//! Around that core, one concept each: pod.rs (what of a pod we keep and
-//! show), cli.rs (flags), client.rs (kubeconfig and clear errors), logging.rs,
-//! probes.rs (/readyz, /healthz), metrics.rs (/metrics) and faults.rs (the
-//! test seam).
-
-mod cli;
-mod client;
-mod controller;
-mod faults;
-mod informer;
-mod logging;
-mod metrics;
-mod pod;
-mod probes;
-mod queue;
-mod worker;
+//! This file is the program's front door: flags, client, signals, then it
+//! hands over to the controller. The modules it uses live in the library
+//! (src/lib.rs), which lists the path of one pod change module by module.
 
 use std::process::ExitCode;
 
-use crate::pod::Pod;
+use demo_controller::pod::Pod;
 use kube::Api;
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::cli::Args;
-use crate::controller::{Controller, Settings};
+use demo_controller::cli::Args;
+use demo_controller::controller::{Controller, Settings};
+use demo_controller::{client, faults, logging, probes};
 
 #[tokio::main]
 async fn main() -> ExitCode {

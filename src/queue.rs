@@ -207,6 +207,11 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
         self.lock().queue.len()
     }
 
+    /// No key is waiting for a worker.
+    pub fn is_empty(&self) -> bool {
+        self.lock().queue.is_empty()
+    }
+
     /// The keys workers hold right now, and for how long: for the liveness
     /// probe (a stuck worker) and the unfinished-work metrics.
     pub fn in_flight(&self) -> Vec<(T, Duration)> {

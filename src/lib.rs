@@ -1,0 +1,29 @@
+//! demo-controller as a library: the modules of the pod event logger, so the
+//! binary (src/main.rs), the tutorial chapters (examples/) and the tests can
+//! use the same pieces, the way Go controllers import client-go's workqueue.
+//!
+//! The path of one pod change, module by module:
+//!
+//! ```text
+//! controller  Run: informer, wait for cache sync, resync, workers,
+//!             processNextWorkItem, shutdown
+//! informer    watch -> cache (Store) -> `namespace/name` keys
+//! queue       the de-duplicating, rate-limited work queue
+//! worker      the sync handler: cache vs last synced -> onAdd/onUpdate/onDelete
+//! ```
+//!
+//! Around that core, one concept each: pod (what of a pod we keep and show),
+//! cli (flags), client (kubeconfig and clear errors), logging, probes
+//! (/readyz, /healthz), metrics (/metrics) and faults (the test seam).
+
+pub mod cli;
+pub mod client;
+pub mod controller;
+pub mod faults;
+pub mod informer;
+pub mod logging;
+pub mod metrics;
+pub mod pod;
+pub mod probes;
+pub mod queue;
+pub mod worker;
