@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::faults::Faults;
-use crate::informer::{self, Cache, Key};
+use crate::informer::{self, Cache};
+use crate::key::Key;
 use crate::queue::Queue;
 use crate::worker::Worker;
 use crate::{metrics, probes};
@@ -176,6 +177,6 @@ impl Controller {
 /// Why a sync failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
-    #[error("{0}")]
-    Injected(String),
+    #[error(transparent)]
+    Injected(#[from] crate::faults::Injected),
 }

@@ -17,10 +17,16 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::controller::SyncError;
-use crate::informer::Key;
+use crate::key::Key;
 
 pub const ENV: &str = "DEMO_CONTROLLER_FAULTS";
+
+/// A failure this seam made on purpose. It is its own type (not the
+/// controller's `SyncError`) so that this module depends on nothing but the
+/// key, and the controller wraps it like any other reason a sync can fail.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Injected(String);
 
 #[derive(Debug, Default)]
 pub struct Faults {
@@ -65,7 +71,7 @@ impl Faults {
     }
 
     /// Called at the start of every sync; a no-op unless faults were asked for.
-    pub async fn inject(&self, key: &Key) -> Result<(), SyncError> {
+    pub async fn inject(&self, key: &Key) -> Result<(), Injected> {
         if let Some(time) = self.slow {
             tokio::time::sleep(time).await;
         }
@@ -78,7 +84,7 @@ impl Faults {
             tokio::time::sleep(time).await;
         }
         if self.fail.contains(&key) {
-            return Err(SyncError::Injected(format!("injected failure for {key} ({ENV})")));
+            return Err(Injected(format!("injected failure for {key} ({ENV})")));
         }
         Ok(())
     }

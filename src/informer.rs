@@ -10,7 +10,6 @@
 //! watching.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -22,29 +21,9 @@ use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::key::Key;
 use crate::queue::Queue;
 use crate::{metrics, probes};
-
-/// What the queue carries: a pod's namespace and name, printed `namespace/name`
-/// like client-go's `MetaNamespaceKeyFunc`. (kube's `ObjectRef` prints
-/// `Pod.v1./name.namespace`, which is not what people grep for.)
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key {
-    pub namespace: String,
-    pub name: String,
-}
-
-impl Key {
-    pub fn of(pod: &Pod) -> Key {
-        Key { namespace: pod.namespace().unwrap_or_default(), name: pod.name_any() }
-    }
-}
-
-impl fmt::Display for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
 
 /// The cache: kube's reflector `Store` plus the two things a store forgets.
 pub struct Cache {

@@ -21,6 +21,7 @@ pub mod client;
 pub mod controller;
 pub mod faults;
 pub mod informer;
+pub mod key;
 pub mod logging;
 pub mod metrics;
 pub mod pod;

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use crate::informer::Key;
+use crate::key::Key;
 use crate::queue::Queue;
 
 #[derive(Default)]

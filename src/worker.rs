@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use tracing::{debug, info};
 
-use crate::informer::{Cache, Key};
+use crate::informer::Cache;
+use crate::key::Key;
 use crate::pod::PodState;
 
 /// One line of output, before it is logged.

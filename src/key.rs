@@ -1,0 +1,32 @@
+//! The key of a pod: what the work queue carries.
+//!
+//! It has a module of its own because everyone speaks it: the informer makes
+//! keys, the queue holds them, the worker and the probes name them. Giving it
+//! a home of its own keeps those modules from importing each other for it.
+
+use std::fmt;
+
+use kube::ResourceExt;
+
+use crate::pod::Pod;
+
+/// What the queue carries: a pod's namespace and name, printed `namespace/name`
+/// like client-go's `MetaNamespaceKeyFunc`. (kube's `ObjectRef` prints
+/// `Pod.v1./name.namespace`, which is not what people grep for.)
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Key {
+    pub fn of(pod: &Pod) -> Key {
+        Key { namespace: pod.namespace().unwrap_or_default(), name: pod.name_any() }
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
