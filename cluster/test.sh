@@ -3,7 +3,11 @@
 # builds (or reuses) kube-apiserver and etcd, starts them, runs `cargo test`,
 # and always stops them again, whatever happens.
 #
-# Usage: cluster/test.sh [extra cargo test arguments]
+# Tests that need the control plane are marked #[ignore] with the reason
+# "needs the local control plane: run `make test`", so a bare `cargo test`
+# reports them as not run; here they run, with --include-ignored.
+#
+# Usage: cluster/test.sh [test name filters and libtest flags, e.g. --nocapture]
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,4 +34,4 @@ trap cleanup EXIT INT TERM
 # The control plane first (a cold build of it takes minutes), then the tests.
 bash cluster/up.sh --dir "$dir" >/dev/null
 export DEMO_CONTROLLER_TEST_CLUSTER=$dir
-cargo test --locked "$@"
+cargo test --locked -- --include-ignored "$@"

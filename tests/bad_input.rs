@@ -78,6 +78,7 @@ fn invalid_label_selector_caught_locally() {
     );
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[test]
 fn invalid_label_selector_caught_by_the_api_server() {
     let kc = cluster_dir().join("kubeconfig");
@@ -140,6 +141,7 @@ fn kubeconfig_from_the_environment_that_is_missing() {
     );
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[test]
 fn unknown_context() {
     let kc = cluster_dir().join("kubeconfig");
@@ -171,6 +173,7 @@ fn unreachable_server() {
     assert!(err.contains("Connection refused"), "{err}");
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[test]
 fn tls_ca_mismatch() {
     let dir = cluster_dir();
@@ -194,6 +197,7 @@ fn tls_ca_mismatch() {
     );
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[test]
 fn invalid_bearer_token() {
     let dir = cluster_dir();
@@ -255,6 +259,7 @@ fn a_web_server_that_is_not_kubernetes() {
     );
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[test]
 fn metrics_port_already_in_use() {
     let busy = TcpListener::bind("127.0.0.1:0").unwrap();

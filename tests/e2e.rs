@@ -8,6 +8,7 @@ use common::*;
 
 const T: Duration = Duration::from_secs(30);
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn the_initial_list_is_logged_and_marked() {
     let c = cluster().await;
@@ -25,6 +26,7 @@ async fn the_initial_list_is_logged_and_marked() {
     }
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn skip_existing_leaves_out_only_the_initial_list() {
     let c = cluster().await;
@@ -40,6 +42,7 @@ async fn skip_existing_leaves_out_only_the_initial_list() {
     assert_eq!(logger.wait_events(&ns, 2).await[1], format!("onUpdate: {ns}/old"));
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn add_update_by_label_and_status_then_delete() {
     let c = cluster().await;
@@ -72,6 +75,7 @@ async fn add_update_by_label_and_status_then_delete() {
     assert!(lines[0].get("initial_list").is_none());
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deleted_pod_is_terminating_first() {
     let c = cluster().await;
@@ -99,6 +103,7 @@ async fn a_deleted_pod_is_terminating_first() {
     logger.wait_message(&deleted, T).await;
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn delete_and_recreate_under_the_same_name() {
     let c = cluster().await;
@@ -119,6 +124,7 @@ async fn delete_and_recreate_under_the_same_name() {
     assert_ne!(uid(&first), uid(&second));
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_resync_that_changes_nothing_logs_no_update() {
     let c = cluster().await;
@@ -161,6 +167,7 @@ async fn with_the_only_worker_held(c: &Cluster, ns: &str, before: &[&str]) -> Lo
     logger
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pod_created_and_deleted_faster_than_the_worker_is_still_logged() {
     let c = cluster().await;
@@ -174,6 +181,7 @@ async fn a_pod_created_and_deleted_faster_than_the_worker_is_still_logged() {
     assert_eq!(events, [format!("onAdd: {ns}/blocker"), format!("onAdd: {ns}/ghost"), format!("onDelete: {ns}/ghost")]);
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_burst_on_one_key_is_deduplicated() {
     let c = cluster().await;
@@ -188,6 +196,7 @@ async fn a_burst_on_one_key_is_deduplicated() {
     assert_eq!(logger.event_lines(&ns)[2]["changes"], "label +v=20");
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn namespace_and_selector_narrow_the_watch() {
     let c = cluster().await;
@@ -205,6 +214,7 @@ async fn namespace_and_selector_narrow_the_watch() {
     assert!(logger.events(&other).is_empty(), "{}", logger.dump());
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_drains_and_exits_zero() {
     let c = cluster().await;
@@ -219,6 +229,7 @@ async fn sigterm_drains_and_exits_zero() {
     assert!(lines.iter().any(|v| v["message"] == "received SIGTERM: shutting down (send it again to exit at once)"));
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_signal_exits_at_once() {
     let c = cluster().await;
@@ -237,6 +248,7 @@ async fn a_second_signal_exits_at_once() {
     assert_eq!(logger.lines().last().unwrap()["message"], "received SIGINT again: exiting at once");
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn text_logs_into_a_pipe_are_plain_lines() {
     let c = cluster().await;

@@ -57,6 +57,7 @@ async fn retry<T>(mut op: impl AsyncFnMut() -> Result<T, kube::Error>) -> Result
     }
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn apiserver_restarts_under_churn_lose_and_duplicate_nothing() {
     let plane = Plane::start("restarts").await;
@@ -153,6 +154,7 @@ async fn apiserver_restarts_under_churn_lose_and_duplicate_nothing() {
     assert!(logger.try_exit().is_none(), "the logger itself must never restart");
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn deletes_it_could_not_see_are_logged_after_the_relist() {
     let plane = Plane::start("blind").await;
@@ -209,6 +211,7 @@ async fn deletes_it_could_not_see_are_logged_after_the_relist() {
     assert!(gone.is_some(), "no 410 Gone from the compacted watch\n{}", logger.dump());
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_permission_backs_off_is_not_ready_and_syncs_once_granted() {
     let c = cluster().await;
@@ -296,6 +299,7 @@ async fn shutdown_under_backlog(pods: usize, slow: &str) -> (Logger, Duration, u
     (logger, took, queued)
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn shutdown_with_a_backlog_drains_it_and_exits_zero() {
     let (logger, _, _) = shutdown_under_backlog(3000, "1ms").await;
@@ -307,6 +311,7 @@ async fn shutdown_with_a_backlog_drains_it_and_exits_zero() {
     assert_eq!(adds, 3000);
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn shutdown_with_a_backlog_too_big_to_drain_is_cut_cleanly() {
     let (logger, _, queued) = shutdown_under_backlog(2000, "20ms").await;
@@ -320,6 +325,7 @@ async fn shutdown_with_a_backlog_too_big_to_drain_is_cut_cleanly() {
     assert_eq!(adds + left, 2000, "adds={adds} left={left}");
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_sync_is_retried_with_backoff_then_dropped_while_others_flow() {
     let c = cluster().await;

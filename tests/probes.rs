@@ -14,6 +14,7 @@ fn sample(page: &str, series: &str) -> Option<f64> {
     page.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_count_exactly_what_happened() {
     let c = cluster().await;
@@ -63,6 +64,7 @@ async fn metrics_count_exactly_what_happened() {
     }
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn readyz_is_200_after_sync_and_healthz_fails_on_a_stuck_worker() {
     let c = cluster().await;
@@ -98,6 +100,7 @@ async fn readyz_is_200_after_sync_and_healthz_fails_on_a_stuck_worker() {
     assert!(sample(&page, "workqueue_longest_running_processor_seconds{name=\"pods\"}").unwrap() > 2.0, "{page}");
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn healthz_stays_200_while_the_apiserver_is_down() {
     let plane = Plane::start("probes-down").await;
