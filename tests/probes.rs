@@ -72,16 +72,18 @@ async fn metrics_count_exactly_what_happened() {
     for name in ["a", "b", "c"] {
         create(&c.client, &ns, name, &[]).await;
     }
-    logger.wait_events(&ns, 3).await;
+    logger.wait_count(&ns, 3).await;
     label(&c.client, &ns, "a", "x", "1").await;
-    logger.wait_events(&ns, 4).await;
+    logger.wait_count(&ns, 4).await;
     set_phase(&c.client, &ns, "b", "Running").await;
-    logger.wait_events(&ns, 5).await;
+    logger.wait_count(&ns, 5).await;
     delete(&c.client, &ns, "c").await;
-    logger.wait_events(&ns, 6).await;
+    logger.wait_count(&ns, 6).await;
 
     let (status, page) = http_get(port, "/metrics");
     assert_eq!(status, 200);
+    // (No marker pods here, unlike wait_events: these exact counts are the
+    // proof that no extra line was logged.)
     // Every logged line is counted, terminating updates included.
     let terminating = logger.lines().iter().filter(|v| v["changes"] == "terminating").count() as f64;
     assert_eq!(sample(&page, "demo_controller_events_total{kind=\"onAdd\"}"), Some(3.0), "{page}");
