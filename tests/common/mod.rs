@@ -129,6 +129,8 @@ pub struct Logger {
     child: Child,
     lines: Arc<Mutex<Vec<Value>>>,
     stderr: Arc<Mutex<Vec<String>>>,
+    /// The threads reading stdout and stderr: they end at end of file.
+    readers: Vec<std::thread::JoinHandle<()>>,
     /// The kubeconfig it was started with, to create marker pods (see
     /// `wait_events`); `None` for a command built by hand.
     kubeconfig: Option<PathBuf>,
@@ -186,7 +188,7 @@ impl Logger {
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let out = child.stdout.take().expect("stdout");
         let sink = lines.clone();
-        std::thread::spawn(move || {
+        let out_reader = std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
                 let value = serde_json::from_str(&line).unwrap_or_else(|_| json!({ "raw": line }));
                 sink.lock().unwrap().push(value);
@@ -194,12 +196,20 @@ impl Logger {
         });
         let err = child.stderr.take().expect("stderr");
         let sink = stderr.clone();
-        std::thread::spawn(move || {
+        let err_reader = std::thread::spawn(move || {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
                 sink.lock().unwrap().push(line);
             }
         });
-        Logger { child, lines, stderr, kubeconfig: None, marker_labels: Vec::new(), markers: AtomicU32::new(0) }
+        Logger {
+            child,
+            lines,
+            stderr,
+            readers: vec![out_reader, err_reader],
+            kubeconfig: None,
+            marker_labels: Vec::new(),
+            markers: AtomicU32::new(0),
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -297,8 +307,11 @@ impl Logger {
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
-                // Let the reader threads take the last lines.
-                std::thread::sleep(Duration::from_millis(100));
+                // The last lines are in once both readers reached end of file.
+                while !self.readers.iter().all(|r| r.is_finished()) {
+                    assert!(start.elapsed() < timeout + Duration::from_secs(10), "its output never closed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
                 return status;
             }
             if start.elapsed() > timeout {
