@@ -20,9 +20,12 @@ pub struct Args {
     #[arg(short = 'l', long, value_name = "SELECTOR", value_parser = parse_selector)]
     pub selector: Option<String>,
 
-    /// Queue every cached pod again this often (30s, 5m, 1h; 0 disables). It
-    /// catches anything missed; pods that did not change log nothing
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    /// Queue every pod of the local cache again this often (at least 1s, e.g.
+    /// 30s, 5m, 1h; 0 disables). It never asks the server, so it cannot catch
+    /// a change the watch missed (relists do); it is for controllers whose
+    /// actions on the outside world can drift. Pods that did not change log
+    /// nothing
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_resync)]
     pub resync: Duration,
 
     /// Number of workers processing the queue in parallel (1-64)
@@ -46,7 +49,7 @@ pub struct Args {
     pub context: Option<String>,
 
     /// /healthz fails when a worker is stuck on one key for longer than this
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_stuck_after)]
     pub stuck_after: Duration,
 
     /// Serve /readyz and /healthz on this address (0 turns them off)
@@ -86,6 +89,30 @@ impl Args {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|_| "expected a duration such as 30s, 5m or 1h (0 disables)".to_string())
+}
+
+/// The shortest resync period that makes sense. Below it, every cached pod
+/// would be queued again many times a second: a busy loop, not a resync.
+pub const MIN_RESYNC: Duration = Duration::from_secs(1);
+
+fn parse_resync(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if !d.is_zero() && d < MIN_RESYNC => Err(
+            "a resync below 1s would queue every pod again many times a second: use at least 1s, or 0 to turn it off"
+                .to_string(),
+        ),
+        d => Ok(d),
+    }
+}
+
+fn parse_stuck_after(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d.is_zero() => {
+            Err("0 would report every busy worker as stuck: use a duration such as 60s".to_string())
+        }
+        Ok(d) => Ok(d),
+        Err(_) => Err("expected a duration such as 30s, 60s or 5m".to_string()),
+    }
 }
 
 fn parse_workers(s: &str) -> Result<usize, String> {
@@ -209,6 +236,15 @@ mod tests {
         );
         assert_eq!(parse(&["--frobnicate"]).unwrap_err(), "error: unexpected argument '--frobnicate' found");
         assert!(parse(&["-l", "app in (a,b"]).unwrap_err().contains("expected a label selector"));
+        assert_eq!(
+            parse(&["--resync", "500ms"]).unwrap_err(),
+            "error: invalid value '500ms' for '--resync <DURATION>': a resync below 1s would queue every pod again many times a second: use at least 1s, or 0 to turn it off"
+        );
+        assert_eq!(parse(&["--resync", "1s"]).unwrap().resync, MIN_RESYNC);
+        assert_eq!(
+            parse(&["--stuck-after", "0"]).unwrap_err(),
+            "error: invalid value '0' for '--stuck-after <DURATION>': 0 would report every busy worker as stuck: use a duration such as 60s"
+        );
         assert!(
             parse(&["--log-format", "xml"]).unwrap_err().contains("invalid value 'xml' for '--log-format <FORMAT>'")
         );

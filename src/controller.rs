@@ -29,9 +29,19 @@ pub const MAX_ATTEMPTS: u32 = 5;
 /// exiting well before that keeps our last log line ours.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How a run ended, for the exit code (see main.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// Every key queued before the shutdown was synced.
+    Drained,
+    /// The drain hit [`DRAIN_TIMEOUT`]: `left` keys were dropped unsynced.
+    Cut { left: usize },
+}
+
 pub struct Settings {
     pub workers: usize,
-    /// Every `resync`, every key in the cache is queued again (`None`: never).
+    /// Every `resync`, every key in the cache (not the server) is queued
+    /// again (`None`: never). See [`Controller::resync`].
     pub resync: Option<Duration>,
     pub skip_existing: bool,
     /// The test seam (see faults.rs); empty in normal runs.
@@ -59,8 +69,8 @@ impl Controller {
         self.queue.clone()
     }
 
-    /// Runs until `shutdown` is cancelled, then drains and returns.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+    /// Runs until `shutdown` is cancelled, then drains and says how that went.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Stopped {
         // 1. Start the informer. Nothing is listed or watched until its future
         //    is polled, so it gets a task of its own.
         let informer = tokio::spawn(informer::run(
@@ -71,9 +81,16 @@ impl Controller {
             shutdown.clone(),
         ));
 
-        // 2. WaitForCacheSync: a worker that starts before the first full list
-        //    is in would log every existing pod as missing (or not at all).
-        //    This waits forever if the list keeps failing; the informer logs
+        // 2. WaitForCacheSync. In client-go this gate keeps workers from
+        //    reading a half-filled cache. Here the informer queues no key
+        //    before the first InitDone, when the store swaps in the whole
+        //    list at once (see informer.rs), so a worker started early would
+        //    only wait in `get`: the log would be the same. What the gate
+        //    guards in this design: readiness (/readyz turns 200 here, not
+        //    before), the resync timer (started after it, so no tick reads an
+        //    empty store and "resyncs" 0 pods), and the start-up lines in
+        //    order (`cache synced` with the pod count, then `workers started`).
+        //    It waits forever if the list keeps failing; the informer logs
         //    why at every retry, so the wait is never silent.
         info!("waiting for the first list of pods (cache sync)");
         let started = Instant::now();
@@ -82,7 +99,7 @@ impl Controller {
             _ = shutdown.cancelled() => {
                 let _ = informer.await;
                 info!(left = 0, "shutdown complete (before the cache synced)");
-                return;
+                return Stopped::Drained;
             }
         }
         info!(pods = self.cache.store().len(), elapsed_ms = started.elapsed().as_millis() as u64, "cache synced");
@@ -109,6 +126,7 @@ impl Controller {
         let drained = tokio::time::timeout(DRAIN_TIMEOUT, async { while workers.join_next().await.is_some() {} }).await;
         if drained.is_ok() {
             info!(left = 0, "shutdown complete");
+            Stopped::Drained
         } else {
             // Stop the workers at their next await. That is never between two
             // lines of one key (worker.sync does not await), and it means no
@@ -116,14 +134,23 @@ impl Controller {
             workers.shutdown().await;
             let left = self.queue.len() + self.queue.in_flight().len();
             warn!(left, "shutdown complete: drain timed out, the rest is dropped");
+            Stopped::Cut { left }
         }
     }
 
-    /// The resync period: queue every cached key again, so a change we
-    /// somehow missed is caught at the latest one period later. The worker
-    /// compares resourceVersions, so an unchanged pod logs nothing.
+    /// The resync period: queue every key of the *cache* again.
+    ///
+    /// A resync never asks the server: it re-reads the local cache, so it
+    /// cannot catch a change the watch missed (that is the relist's job, when
+    /// the watch fails or expires; see informer.rs). It exists for
+    /// controllers whose actions on the outside world can drift or fail
+    /// (a load balancer someone edited by hand, a cloud call that half
+    /// succeeded): every period each object is synced again and its outside
+    /// state re-checked. This logger acts on nothing outside, so here it
+    /// shows the level-driven worker at work: the worker compares
+    /// resourceVersions, and an unchanged pod logs nothing.
     async fn resync(self: Arc<Self>, period: Duration, shutdown: CancellationToken) {
-        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        let mut ticker = resync_timer(period);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -144,6 +171,14 @@ impl Controller {
 
     /// processNextWorkItem: take one key, sync it, and tell the queue how it
     /// went. Every path ends in `done`, or the key would be stuck forever.
+    ///
+    /// The retry path (backoff, `forget`, [`MAX_ATTEMPTS`]) only ever runs
+    /// when a sync fails. In this logger nothing can make one fail but the
+    /// test seam (faults.rs): reading the cache and writing a line do not
+    /// fail. A real controller's sync calls the outside world (creates a
+    /// Deployment, calls a cloud API) and fails for passing reasons; there the
+    /// retry with a growing backoff is what makes it converge, and the limit
+    /// stops one key that can never succeed from being retried forever.
     async fn process_next_work_item(&self) -> bool {
         let Some(key) = self.queue.get().await else {
             return false;
@@ -174,9 +209,42 @@ impl Controller {
     }
 }
 
+/// The resync timer: its first tick one period after start, then every
+/// period. After a long pause (a suspended process or machine, a starved
+/// runtime) the missed ticks are not fired in a burst: one resync runs, and
+/// the next is a full period after it (tokio's `MissedTickBehavior::Delay`;
+/// the default, `Burst`, would queue every pod once per missed period).
+pub fn resync_timer(period: Duration) -> tokio::time::Interval {
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker
+}
+
 /// Why a sync failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
     #[error(transparent)]
     Injected(#[from] crate::faults::Injected),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resync_after_a_long_pause_fires_once_not_in_a_burst() {
+        let period = Duration::from_secs(60);
+        let mut ticker = resync_timer(period);
+        assert!(ticker.tick().now_or_never().is_none(), "no tick at start");
+        // Ten periods pass while nothing polls the timer (a paused process).
+        tokio::time::advance(period * 10 + Duration::from_secs(1)).await;
+        assert!(ticker.tick().now_or_never().is_some(), "one resync after the pause");
+        assert!(ticker.tick().now_or_never().is_none(), "and no burst of the nine others");
+        // The next is a full period after the late one.
+        tokio::time::advance(period - Duration::from_millis(1)).await;
+        assert!(ticker.tick().now_or_never().is_none());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(ticker.tick().now_or_never().is_some());
+    }
 }

@@ -3,6 +3,16 @@
 //! This file is the program's front door: flags, client, signals, then it
 //! hands over to the controller. The modules it uses live in the library
 //! (src/lib.rs), which lists the path of one pod change module by module.
+//!
+//! Exit codes (the README lists the same):
+//! - 0: a clean shutdown: every key queued before the signal was synced (or
+//!   the signal came before the first list, when nothing was queued yet);
+//! - 1: it cannot run (bad kubeconfig, unknown context, server unreachable,
+//!   port in use...), with one line on stderr saying what and how to fix it;
+//! - 2: a bad flag (clap's usual code for a usage error);
+//! - 3: the drain was cut by its time limit: queued work was dropped;
+//! - 128 + the signal's number (130 for SIGINT, 143 for SIGTERM): a second
+//!   signal made it exit at once, during start-up or during the drain.
 
 use std::process::ExitCode;
 
@@ -13,8 +23,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use demo_controller::cli::Args;
-use demo_controller::controller::{Controller, Settings};
+use demo_controller::controller::{Controller, Settings, Stopped};
 use demo_controller::{client, faults, logging, probes};
+
+/// Exit code of a drain cut by its time limit (see the list above).
+const EXIT_DRAIN_CUT: u8 = 3;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -24,6 +37,19 @@ async fn main() -> ExitCode {
     let shutdown = CancellationToken::new();
     let second_signal = tokio::spawn(handle_signals(shutdown.clone()));
 
+    // Everything, start-up included, races the second signal: connecting to
+    // a server that never answers must not make Ctrl-C wait for a timeout.
+    tokio::select! {
+        code = run(args, shutdown) => code,
+        Ok(signal) = second_signal => {
+            warn!(signal = signal.name, "received {} again: exiting at once", signal.name);
+            ExitCode::from(128 + signal.number)
+        }
+    }
+}
+
+/// Start-up, then the controller until it stops; returns the exit code.
+async fn run(args: Args, shutdown: CancellationToken) -> ExitCode {
     // Fatal start-up problems (no kubeconfig, unknown context, server not
     // there) get one line on stderr and exit code 1.
     let client = match client::connect(args.kubeconfig.clone(), args.context.clone()).await {
@@ -64,14 +90,9 @@ async fn main() -> ExitCode {
     {
         return fatal(err);
     }
-    tokio::select! {
-        _ = controller.run(shutdown) => ExitCode::SUCCESS,
-        // A second signal: give up on the drain, exit at once (130, as a shell
-        // reports an interrupted command).
-        Ok(name) = second_signal => {
-            warn!(signal = name, "received {name} again: exiting at once");
-            ExitCode::from(130)
-        }
+    match controller.run(shutdown).await {
+        Stopped::Drained => ExitCode::SUCCESS,
+        Stopped::Cut { .. } => ExitCode::from(EXIT_DRAIN_CUT),
     }
 }
 
@@ -81,10 +102,17 @@ fn fatal(err: impl std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// SIGINT or SIGTERM starts a graceful shutdown; returns (with its name) on a
-/// second one, for when you do not want to wait for the drain. The handlers
-/// are installed once, at start-up, so no signal falls between two of them.
-async fn handle_signals(shutdown: CancellationToken) -> &'static str {
+/// A signal we act on: its name for the log, its number for the exit code.
+#[derive(Clone, Copy)]
+struct Signal {
+    name: &'static str,
+    number: u8,
+}
+
+/// SIGINT or SIGTERM starts a graceful shutdown; returns on a second one,
+/// for when you do not want to wait for the drain. The handlers are
+/// installed once, at start-up, so no signal falls between two of them.
+async fn handle_signals(shutdown: CancellationToken) -> Signal {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
         warn!("cannot install signal handlers: stop demo-controller with SIGKILL");
@@ -92,12 +120,12 @@ async fn handle_signals(shutdown: CancellationToken) -> &'static str {
     };
     let mut next = async || {
         tokio::select! {
-            _ = int.recv() => "SIGINT",
-            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => Signal { name: "SIGINT", number: 2 },
+            _ = term.recv() => Signal { name: "SIGTERM", number: 15 },
         }
     };
-    let name = next().await;
-    info!(signal = name, "received {name}: shutting down (send it again to exit at once)");
+    let first = next().await;
+    info!(signal = first.name, "received {}: shutting down (send it again to exit at once)", first.name);
     shutdown.cancel();
     next().await
 }

@@ -1,5 +1,13 @@
-//! Prometheus metrics, in the text format, with client-go's workqueue metric
-//! names and meanings (so existing dashboards work) plus the logger's own.
+//! Prometheus metrics, in the OpenMetrics text format, with client-go's
+//! workqueue metric names and meanings (so existing dashboards work) plus the
+//! logger's own.
+//!
+//! prometheus-client writes OpenMetrics 1.0 text (counter families named
+//! without `_total`, samples with it, a final `# EOF`), so /metrics says so
+//! in its content type ([`CONTENT_TYPE`]). Prometheus picks its parser by that
+//! header: served as the classic `text/plain; version=0.0.4`, the counters'
+//! `# TYPE workqueue_adds counter` would not match their `workqueue_adds_total`
+//! samples, and they would be scraped as untyped.
 //!
 //! The metrics live in one process-wide registry, like client-go's global
 //! metrics provider: any module records with a one-line call, and the lesson
@@ -182,7 +190,10 @@ pub fn cache_pods(n: usize) {
     METRICS.cache_pods.set(n as i64);
 }
 
-/// The whole registry in the Prometheus text format.
+/// The content type of what [`render`] writes: OpenMetrics text 1.0.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The whole registry in the OpenMetrics text format ([`CONTENT_TYPE`]).
 pub fn render() -> String {
     let mut out = String::new();
     // Writing into a String cannot fail.
@@ -208,5 +219,44 @@ pub mod tests {
         assert_eq!(sample("workqueue_adds_total{name=\"render-test\"}"), Some(1.0));
         assert_eq!(sample("workqueue_retries_total{name=\"render-test\"}"), Some(1.0));
         assert_eq!(sample("workqueue_depth{name=\"render-test\"}"), Some(3.0));
+    }
+
+    /// What Prometheus does with a page served as OpenMetrics: parse it with
+    /// a strict OpenMetrics parser (families, types, suffixes, `# EOF`).
+    #[test]
+    fn the_page_is_valid_openmetrics() {
+        use openmetrics_parser::{OpenMetricsType, OpenMetricsValue, openmetrics::parse_openmetrics};
+        let q = super::QueueMetrics::new("openmetrics-test");
+        q.added(1);
+        q.started(std::time::Duration::from_millis(3), 0);
+        super::event_logged("onAdd");
+        let page = super::render();
+        assert!(page.ends_with("# EOF\n"), "{page}");
+        // The control: the parser is strict (a page cut before `# EOF` fails).
+        assert!(parse_openmetrics(page.trim_end_matches("# EOF\n")).is_err());
+        let parsed = parse_openmetrics(&page).unwrap_or_else(|e| panic!("not OpenMetrics: {e:?}\n{page}"));
+        let family = |name: &str| parsed.families.get(name).unwrap_or_else(|| panic!("no family {name} in\n{page}"));
+        assert_eq!(family("workqueue_adds").family_type, OpenMetricsType::Counter);
+        assert_eq!(family("workqueue_depth").family_type, OpenMetricsType::Gauge);
+        assert_eq!(family("workqueue_queue_duration_seconds").family_type, OpenMetricsType::Histogram);
+        assert_eq!(family("demo_controller_events").family_type, OpenMetricsType::Counter);
+        let adds =
+            family("workqueue_adds").get_sample_by_label_values(&["openmetrics-test".to_string()]).expect("our series");
+        match &adds.value {
+            OpenMetricsValue::Counter(c) => assert_eq!(c.value.as_f64(), 1.0),
+            other => panic!("not a counter: {other:?}"),
+        }
+        let waited = family("workqueue_queue_duration_seconds")
+            .get_sample_by_label_values(&["openmetrics-test".to_string()])
+            .expect("our series");
+        match &waited.value {
+            OpenMetricsValue::Histogram(h) => {
+                assert_eq!(h.count, Some(1));
+                // 3 ms falls in the bucket up to 0.01 s, not in the one up to 0.001 s.
+                let le = |bound: f64| h.buckets.iter().find(|b| (b.upper_bound - bound).abs() < 1e-12).unwrap();
+                assert_eq!((le(0.001).count.as_f64(), le(0.01).count.as_f64()), (0.0, 1.0));
+            }
+            other => panic!("not a histogram: {other:?}"),
+        }
     }
 }

@@ -137,7 +137,7 @@ pub async fn serve(
         "/metrics",
         get(move || async move {
             queue.in_flight(); // refreshes the unfinished-work gauges
-            ([("content-type", "text/plain; version=0.0.4; charset=utf-8")], crate::metrics::render())
+            ([("content-type", crate::metrics::CONTENT_TYPE)], crate::metrics::render())
         }),
     );
     let servers = match (probe_addr, metrics_addr) {

@@ -270,3 +270,25 @@ fn metrics_port_already_in_use() {
     assert!(err.starts_with(&format!("error: cannot listen on {addr} for metrics: ")), "{err}");
     assert!(err.ends_with("pass --metrics-addr with a free port, or 0 to turn it off"), "{err}");
 }
+
+#[test]
+fn a_resync_below_one_second() {
+    assert_eq!(
+        run(&["--resync", "500ms"], &[]),
+        (
+            2,
+            "error: invalid value '500ms' for '--resync <DURATION>': a resync below 1s would queue every pod again many times a second: use at least 1s, or 0 to turn it off (see demo-controller --help)".into()
+        )
+    );
+}
+
+#[test]
+fn stuck_after_zero() {
+    assert_eq!(
+        run(&["--stuck-after", "0"], &[]),
+        (
+            2,
+            "error: invalid value '0' for '--stuck-after <DURATION>': 0 would report every busy worker as stuck: use a duration such as 60s (see demo-controller --help)".into()
+        )
+    );
+}

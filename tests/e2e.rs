@@ -2,7 +2,9 @@
 
 mod common;
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -137,32 +139,43 @@ async fn a_resync_that_changes_nothing_logs_no_update() {
     logger.synced().await;
     create(&c.client, &ns, "p", &[]).await;
     logger.wait_events(&ns, 1).await;
-    // Wait for three resyncs to have queued the pod again...
-    let resyncs = |l: &Logger| l.lines().iter().filter(|v| v["message"] == "resync: queueing every cached pod").count();
-    let start = std::time::Instant::now();
-    while resyncs(&logger) < 4 {
-        assert!(start.elapsed() < T, "no resync seen\n{}", logger.dump());
+    // Wait for resyncs to have queued the pod again...
+    // ... and the worker to have synced it after three of them: each found
+    // nothing new, no onUpdate, just a debug line.
+    let key = format!("{ns}/p");
+    let no_change = |l: &Logger| {
+        l.lines()
+            .iter()
+            .filter(|v| v["key"] == key.as_str() && v["message"].as_str().is_some_and(|m| m.starts_with("no change")))
+            .count()
+    };
+    let start = Instant::now();
+    while no_change(&logger) < 3 {
+        assert!(start.elapsed() < T, "no resync sync seen\n{}", logger.dump());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // ... each found nothing new: no onUpdate, just a debug line.
     assert_eq!(logger.events(&ns), [format!("onAdd: {ns}/p")]);
-    assert!(logger.lines().iter().any(|v| v["message"].as_str().is_some_and(|m| m.starts_with("no change"))));
 }
 
-/// A logger with one worker, held for 3 s on the key of a pod `blocker`
-/// that this creates: what else happens meanwhile waits in the queue.
+/// A logger with one worker, held for 5 s on the key of a pod `blocker`
+/// that this creates: what else happens meanwhile waits in the queue. It
+/// returns once /healthz proves the worker holds `blocker`.
 async fn with_the_only_worker_held(c: &Cluster, ns: &str, before: &[&str]) -> Logger {
-    let stall = format!("stall={ns}/blocker@3s");
-    let logger =
-        Logger::start_with(&c.kubeconfig, &["-n", ns, "--workers", "1"], &[("DEMO_CONTROLLER_FAULTS", &stall)]);
+    let stall = format!("stall={ns}/blocker@5s");
+    let port = free_port();
+    let probes = format!("127.0.0.1:{port}");
+    let logger = Logger::start_with(
+        &c.kubeconfig,
+        &["-n", ns, "--workers", "1", "--probe-addr", &probes, "--stuck-after", "100ms"],
+        &[("DEMO_CONTROLLER_FAULTS", &stall)],
+    );
     logger.synced().await;
     for name in before {
         create(&c.client, ns, name, &[]).await;
     }
-    logger.wait_events(ns, before.len()).await;
+    logger.wait_count(ns, before.len()).await;
     create(&c.client, ns, "blocker", &[]).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    until_held(&logger, port, &format!("{ns}/blocker")).await;
     assert_eq!(logger.events(ns).len(), before.len(), "the worker should be held\n{}", logger.dump());
     logger
 }
@@ -229,23 +242,103 @@ async fn sigterm_drains_and_exits_zero() {
     assert!(lines.iter().any(|v| v["message"] == "received SIGTERM: shutting down (send it again to exit at once)"));
 }
 
-#[ignore = "needs the local control plane: run `make test`"]
-#[tokio::test(flavor = "multi_thread")]
-async fn a_second_signal_exits_at_once() {
+/// A second signal during the drain exits at once with 128 + its number.
+async fn second_signal_during_the_drain(sig: &str, name: &str, code: i32) {
     let c = cluster().await;
     let ns = namespace(&c.client, "twice").await;
     let stall = format!("stall={ns}/stuck");
-    let mut logger =
-        Logger::start_with(&c.kubeconfig, &["-n", &ns, "--workers", "1"], &[("DEMO_CONTROLLER_FAULTS", &stall)]);
+    let port = free_port();
+    let probes = format!("127.0.0.1:{port}");
+    let mut logger = Logger::start_with(
+        &c.kubeconfig,
+        &["-n", &ns, "--workers", "1", "--probe-addr", &probes, "--stuck-after", "100ms"],
+        &[("DEMO_CONTROLLER_FAULTS", &stall)],
+    );
     logger.synced().await;
     create(&c.client, &ns, "stuck", &[]).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    logger.signal("INT");
+    until_held(&logger, port, &format!("{ns}/stuck")).await;
+    logger.signal(sig);
     logger.wait_message("shutting down: watch stopped, draining the queue", T).await;
-    logger.signal("INT");
+    logger.signal(sig);
     let status = logger.wait_exit(Duration::from_secs(5)).await;
-    assert_eq!(status.code(), Some(130), "{}", logger.dump());
-    assert_eq!(logger.lines().last().unwrap()["message"], "received SIGINT again: exiting at once");
+    assert_eq!(status.code(), Some(code), "{}", logger.dump());
+    assert_eq!(logger.lines().last().unwrap()["message"], format!("received {name} again: exiting at once"));
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_sigint_exits_at_once_with_130() {
+    second_signal_during_the_drain("INT", "SIGINT", 130).await;
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_sigterm_exits_at_once_with_143() {
+    second_signal_during_the_drain("TERM", "SIGTERM", 143).await;
+}
+
+/// A server that accepts TCP connections and never answers: start-up hangs
+/// in connect (needs no control plane). Returns its port and a count of the
+/// connections it took.
+fn black_hole() -> (u16, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new(); // kept open, never read nor answered
+        for stream in listener.incoming().map_while(Result::ok) {
+            count.fetch_add(1, Ordering::SeqCst);
+            held.push(stream);
+        }
+    });
+    (port, accepted)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_signal_during_start_up_exits_at_once() {
+    for (sig, name, code) in [("INT", "SIGINT", 130), ("TERM", "SIGTERM", 143)] {
+        let (port, accepted) = black_hole();
+        let kc = kubeconfig(&format!("black-hole-{name}"), &format!("https://127.0.0.1:{port}"), None, "    token: x");
+        let mut logger = Logger::start(&kc, &[]);
+        // Connecting: the server took the connection and says nothing.
+        let start = Instant::now();
+        while accepted.load(Ordering::SeqCst) == 0 {
+            assert!(start.elapsed() < T, "it never connected\n{}", logger.dump());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        logger.signal(sig);
+        logger.wait_message(&format!("received {name}: shutting down (send it again to exit at once)"), T).await;
+        assert!(logger.try_exit().is_none(), "still connecting: the first signal waits for start-up to settle");
+        let sent = Instant::now();
+        logger.signal(sig);
+        let status = logger.wait_exit(Duration::from_secs(5)).await;
+        println!(
+            "figures: {name} twice while connecting: exit {:?} {:?} after the second",
+            status.code(),
+            sent.elapsed()
+        );
+        assert_eq!(status.code(), Some(code), "{}", logger.dump());
+        assert_eq!(logger.lines().last().unwrap()["message"], format!("received {name} again: exiting at once"));
+        assert!(logger.stderr().is_empty(), "{}", logger.dump());
+    }
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_signal_before_the_cache_synced_exits_zero() {
+    // The first list never completes: the identity may not list pods.
+    // Nothing was queued, so a signal ends a complete (empty) drain: exit 0.
+    let c = cluster().await;
+    let ns = namespace(&c.client, "unsynced").await;
+    service_account(&c.client, &ns, "nobody").await;
+    let kc = token_kubeconfig(&c.dir, &format!("{ns}-nobody"), &token(&c.client, &ns, "nobody").await);
+    let mut logger = Logger::start(&kc, &["-n", &ns]);
+    logger.wait_message("waiting for the first list of pods (cache sync)", T).await;
+    logger.signal("TERM");
+    let status = logger.wait_exit(T).await;
+    assert_eq!(status.code(), Some(0), "{}", logger.dump());
+    assert_eq!(logger.lines().last().unwrap()["message"], "shutdown complete (before the cache synced)");
 }
 
 #[ignore = "needs the local control plane: run `make test`"]

@@ -272,7 +272,7 @@ async fn many_pods(client: &Client, ns: &str, n: usize) {
         .await;
 }
 
-async fn shutdown_under_backlog(pods: usize, slow: &str) -> (Logger, Duration, u64) {
+async fn shutdown_under_backlog(pods: usize, slow: &str, exit: i32) -> (Logger, Duration, u64) {
     let c = cluster().await;
     let ns = namespace(&c.client, "backlog").await;
     many_pods(&c.client, &ns, pods).await;
@@ -283,7 +283,7 @@ async fn shutdown_under_backlog(pods: usize, slow: &str) -> (Logger, Duration, u
     let sent = Instant::now();
     let status = logger.wait_exit(Duration::from_secs(40)).await;
     let took = sent.elapsed();
-    assert_eq!(status.code(), Some(0), "{}", logger.dump());
+    assert_eq!(status.code(), Some(exit), "{}", logger.dump());
     let queued = logger
         .lines()
         .iter()
@@ -302,7 +302,7 @@ async fn shutdown_under_backlog(pods: usize, slow: &str) -> (Logger, Duration, u
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn shutdown_with_a_backlog_drains_it_and_exits_zero() {
-    let (logger, _, _) = shutdown_under_backlog(3000, "1ms").await;
+    let (logger, _, _) = shutdown_under_backlog(3000, "1ms", 0).await;
     let last = logger.lines().last().cloned().unwrap();
     assert_eq!((last["message"].as_str(), last["left"].as_u64()), (Some("shutdown complete"), Some(0)));
     // Drained: every pod of the initial list was logged.
@@ -314,7 +314,7 @@ async fn shutdown_with_a_backlog_drains_it_and_exits_zero() {
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn shutdown_with_a_backlog_too_big_to_drain_is_cut_cleanly() {
-    let (logger, _, queued) = shutdown_under_backlog(2000, "20ms").await;
+    let (logger, _, queued) = shutdown_under_backlog(2000, "20ms", 3).await; // 3: work was dropped
     let last = logger.lines().last().cloned().unwrap();
     assert_eq!(last["message"], "shutdown complete: drain timed out, the rest is dropped", "{last}");
     let left = last["left"].as_u64().unwrap();

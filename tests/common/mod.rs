@@ -129,9 +129,25 @@ pub struct Logger {
     child: Child,
     lines: Arc<Mutex<Vec<Value>>>,
     stderr: Arc<Mutex<Vec<String>>>,
+    /// The threads reading stdout and stderr: they end at end of file.
+    readers: Vec<std::thread::JoinHandle<()>>,
+    /// The kubeconfig it was started with, to create marker pods (see
+    /// `wait_events`); `None` for a command built by hand.
+    kubeconfig: Option<PathBuf>,
+    /// Labels a marker pod needs to be seen through a `-l k=v` selector.
+    marker_labels: Vec<(String, String)>,
+    markers: AtomicU32,
 }
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_demo-controller");
+
+/// Set it (e.g. `DEMO_CONTROLLER_TEST_WORKERS=64 make test`) to run every
+/// logger the tests start with that many workers, unless a test chooses
+/// its own `--workers`.
+pub const WORKERS_ENV: &str = "DEMO_CONTROLLER_TEST_WORKERS";
+
+/// Pods named with this prefix are the tests' markers, left out of `events`.
+pub const MARKER: &str = "marker-";
 
 impl Logger {
     /// Starts the logger with JSON logs, probes and metrics off, plus `args`.
@@ -148,8 +164,19 @@ impl Logger {
         if !args.contains(&"--metrics-addr") {
             cmd.args(["--metrics-addr", "0"]);
         }
+        if !args.contains(&"--workers")
+            && let Ok(workers) = std::env::var(WORKERS_ENV)
+        {
+            cmd.args(["--workers", &workers]);
+        }
         cmd.args(args).env_remove("KUBECONFIG").env_remove("RUST_LOG");
-        Logger::spawn(cmd, env)
+        let mut logger = Logger::spawn(cmd, env);
+        logger.kubeconfig = Some(kubeconfig.to_path_buf());
+        let selector = args.iter().position(|a| *a == "-l" || *a == "--selector").and_then(|i| args.get(i + 1));
+        logger.marker_labels = selector
+            .map(|s| s.split(',').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect())
+            .unwrap_or_default();
+        logger
     }
 
     pub fn spawn(mut cmd: Command, env: &[(&str, &str)]) -> Logger {
@@ -161,7 +188,7 @@ impl Logger {
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let out = child.stdout.take().expect("stdout");
         let sink = lines.clone();
-        std::thread::spawn(move || {
+        let out_reader = std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
                 let value = serde_json::from_str(&line).unwrap_or_else(|_| json!({ "raw": line }));
                 sink.lock().unwrap().push(value);
@@ -169,12 +196,20 @@ impl Logger {
         });
         let err = child.stderr.take().expect("stderr");
         let sink = stderr.clone();
-        std::thread::spawn(move || {
+        let err_reader = std::thread::spawn(move || {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
                 sink.lock().unwrap().push(line);
             }
         });
-        Logger { child, lines, stderr }
+        Logger {
+            child,
+            lines,
+            stderr,
+            readers: vec![out_reader, err_reader],
+            kubeconfig: None,
+            marker_labels: Vec::new(),
+            markers: AtomicU32::new(0),
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -227,14 +262,14 @@ impl Logger {
         self.lines()
             .into_iter()
             .filter(|v| v["namespace"] == ns)
+            .filter(|v| !v["name"].as_str().is_some_and(|n| n.starts_with(MARKER)))
             .filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("on")))
             .filter(|v| v["changes"] != "terminating")
             .collect()
     }
 
-    /// Waits until `ns` has exactly `n` event lines, then a little longer to
-    /// prove no extra line follows.
-    pub async fn wait_events(&self, ns: &str, n: usize) -> Vec<String> {
+    /// Waits until `ns` has `n` event lines.
+    pub async fn wait_count(&self, ns: &str, n: usize) -> Vec<String> {
         let start = Instant::now();
         while self.events(ns).len() < n {
             if start.elapsed() > Duration::from_secs(30) {
@@ -242,7 +277,24 @@ impl Logger {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        self.events(ns)
+    }
+
+    /// Waits until `ns` has `n` event lines, then proves no further line
+    /// follows from the changes made so far: it creates a marker pod and
+    /// waits for its onAdd. The marker's event comes after theirs on the
+    /// watch, and its key is queued after theirs, so once its line is in,
+    /// theirs are too (the queue is FIFO: the keys before it were handed out
+    /// first). A condition, not a sleep that hopes it was long enough.
+    pub async fn wait_events(&self, ns: &str, n: usize) -> Vec<String> {
+        self.wait_count(ns, n).await;
+        if let Some(kubeconfig) = &self.kubeconfig {
+            let client = client_for(kubeconfig).await;
+            let name = format!("{MARKER}{}", self.markers.fetch_add(1, Ordering::SeqCst));
+            let labels: Vec<(&str, &str)> = self.marker_labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            create(&client, ns, &name, &labels).await;
+            self.wait_message(&format!("onAdd: {ns}/{name}"), Duration::from_secs(30)).await;
+        }
         self.events(ns)
     }
 
@@ -255,8 +307,11 @@ impl Logger {
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
-                // Let the reader threads take the last lines.
-                std::thread::sleep(Duration::from_millis(100));
+                // The last lines are in once both readers reached end of file.
+                while !self.readers.iter().all(|r| r.is_finished()) {
+                    assert!(start.elapsed() < timeout + Duration::from_secs(10), "its output never closed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
                 return status;
             }
             if start.elapsed() > timeout {
@@ -280,6 +335,24 @@ impl Drop for Logger {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Polls /healthz on `port` until it says a worker is stuck on `key`: the
+/// proof that the worker holds that key (start the logger with
+/// `--stuck-after 100ms` and `--probe-addr 127.0.0.1:PORT`).
+pub async fn until_held(logger: &Logger, port: u16, key: &str) {
+    let prefix = format!("a worker is stuck on {key} for ");
+    let start = Instant::now();
+    loop {
+        let (status, body) = http_get(port, "/healthz");
+        if status == 503 && body.starts_with(&prefix) {
+            return;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            panic!("no worker was seen holding {key}: /healthz said {status} {body:?}\n{}", logger.dump());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -340,12 +413,13 @@ pub fn token_kubeconfig(dir: &std::path::Path, name: &str, token: &str) -> PathB
     kubeconfig(name, &server_url(dir), Some(b64(&dir.join("pki/ca.crt"))), &format!("    token: {token}"))
 }
 
-/// Grants get/list/watch on pods in `ns` to a ServiceAccount, with a Role.
+/// Grants list and watch on pods in `ns` to a ServiceAccount, with a Role:
+/// the verbs demo-controller.yaml grants.
 pub async fn grant_pod_reading(client: &Client, ns: &str, sa: &str) {
     let role = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": "pod-reader", "namespace": ns},
-        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
     });
     let binding = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
