@@ -80,9 +80,12 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     // short and replaces it).
     let events = watcher::watcher(api, watcher::Config::default()).default_backoff();
     let mut events = std::pin::pin!(events);
+    // One Ctrl-C listener for the whole loop, so a Ctrl-C between two events
+    // is not missed.
+    let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
     loop {
         let next = tokio::select! {
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = &mut ctrl_c => return Ok(()),
             next = events.next() => next,
         };
         match next {

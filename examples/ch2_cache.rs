@@ -77,13 +77,16 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     // so the wait runs next to the loop that drives it.
     let mut ready = std::pin::pin!(store.wait_until_ready());
     let mut announced = false;
+    // One Ctrl-C listener for the whole loop, so a Ctrl-C between two events
+    // is not missed.
+    let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
     loop {
         let next = tokio::select! {
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = &mut ctrl_c => return Ok(()),
             result = &mut ready, if !announced => {
                 announced = true;
                 match result {
-                    Ok(()) => println!("cache synced: {} pods: {}", store.len(), keys(&store)),
+                    Ok(()) => println!("cache synced (pods: {}): {}", store.len(), keys(&store)),
                     Err(err) => println!("the store's writer is gone: {err}"),
                 }
                 continue;
@@ -101,9 +104,9 @@ async fn run(args: Args) -> Result<(), kube::Error> {
 /// The event, and what the store holds for its pod right after it.
 fn after(event: &Event<Pod>, store: &Store<Pod>) -> String {
     match event {
-        Event::Init => format!("Init -> the store keeps its {} pods until InitDone", store.len()),
+        Event::Init => format!("Init -> the store keeps what it holds (pods: {}) until InitDone", store.len()),
         Event::InitApply(p) => format!("InitApply {} -> store: {}", Key::of(p), lookup(store, &Key::of(p))),
-        Event::InitDone => format!("InitDone -> the store swapped to the new list: {} pods", store.len()),
+        Event::InitDone => format!("InitDone -> the store swapped to the new list (pods: {})", store.len()),
         Event::Apply(p) => format!("Apply {} -> store: {}", Key::of(p), lookup(store, &Key::of(p))),
         Event::Delete(p) => format!("Delete {} -> store: {}", Key::of(p), lookup(store, &Key::of(p))),
     }

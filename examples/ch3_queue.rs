@@ -82,9 +82,12 @@ async fn run(args: Args) -> Result<(), kube::Error> {
 
     let events = watcher::watcher(api, watcher::Config::default()).default_backoff().reflect(writer);
     let mut events = std::pin::pin!(events);
+    // One Ctrl-C listener for the whole loop, so a Ctrl-C between two events
+    // is not missed.
+    let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
     loop {
         let next = tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
+            _ = &mut ctrl_c => break,
             next = events.next() => next,
         };
         match next {
@@ -138,7 +141,7 @@ async fn worker(queue: Arc<Queue<Key>>, store: Store<Pod>, merged: Arc<Merged>, 
             Some(pod) => format!("rv={}", pod.resource_version().unwrap_or_default()),
             None => "gone from the cache".into(),
         };
-        println!("worker: {key} {state} ({events} events since it was last taken)");
+        println!("worker: {key} {state} (events since it was last taken: {events})");
         tokio::time::sleep(work_time).await; // the "work"
         // Without `done` this key would stay "being worked on" forever, and
         // every later change to the pod would park behind it (chapter 4's

@@ -130,7 +130,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             result = ctl.store.wait_until_ready() => result?,
             _ = shutdown.cancelled() => return Ok(()),
         }
-        println!("cache synced: {} pods", ctl.store.len());
+        println!("cache synced (pods: {})", ctl.store.len());
     }
     tokio::spawn(ctl.clone().resync(args.resync, shutdown.clone()));
     let worker = tokio::spawn(ctl.clone().run_worker());
@@ -210,7 +210,7 @@ impl Controller {
                 _ = ticker.tick() => {}
             }
             let pods = self.store.state();
-            println!("resync: queueing the {} pods in the cache", pods.len());
+            println!("resync: queueing every pod in the cache (pods: {})", pods.len());
             for pod in pods {
                 self.enqueue(Key::of(&pod), "onUpdate");
             }

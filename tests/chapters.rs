@@ -91,7 +91,7 @@ async fn remove_finalizers(c: &Cluster, ns: &str, name: &str) {
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
-async fn ch1_watch_prints_the_list_then_every_change() {
+async fn chapter1_watch_prints_the_list_then_every_change() {
     let c = cluster().await;
     let ns = namespace(&c.client, "ch1").await;
     create(&c.client, &ns, "old", &[]).await;
@@ -125,12 +125,12 @@ async fn ch1_watch_prints_the_list_then_every_change() {
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
-async fn ch2_cache_holds_the_list_only_at_init_done_and_each_change_after() {
+async fn chapter2_cache_holds_the_list_only_at_init_done_and_each_change_after() {
     let c = cluster().await;
     let ns = namespace(&c.client, "ch2").await;
     create(&c.client, &ns, "old", &[]).await;
     let ch = start("ch2_cache", &c, &["-n", &ns]);
-    wait_line(&ch, &format!("cache synced: 1 pods: {ns}/old"), 1).await;
+    wait_line(&ch, &format!("cache synced (pods: 1): {ns}/old"), 1).await;
     create(&c.client, &ns, "new", &[]).await;
     wait_line(&ch, &format!("Apply {ns}/new -> store: rv=N phase=Pending"), 1).await;
     set_phase(&c.client, &ns, "new", "Running").await;
@@ -141,12 +141,12 @@ async fn ch2_cache_holds_the_list_only_at_init_done_and_each_change_after() {
         out,
         [
             "chapter 2: the same events, written into a cache (a reflector Store) and read back by key",
-            "Init -> the store keeps its 0 pods until InitDone",
+            "Init -> the store keeps what it holds (pods: 0) until InitDone",
             // The list is not in the store yet while it arrives...
             &format!("InitApply {ns}/old -> store: not there"),
             // ...it is swapped in whole at InitDone, and the cache is ready.
-            "InitDone -> the store swapped to the new list: 1 pods",
-            &format!("cache synced: 1 pods: {ns}/old"),
+            "InitDone -> the store swapped to the new list (pods: 1)",
+            &format!("cache synced (pods: 1): {ns}/old"),
             &format!("Apply {ns}/new -> store: rv=N phase=Pending"),
             &format!("Apply {ns}/new -> store: rv=N phase=Running"),
             &format!("Apply {ns}/new -> store: rv=N phase=Running"),
@@ -157,13 +157,13 @@ async fn ch2_cache_holds_the_list_only_at_init_done_and_each_change_after() {
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
-async fn ch3_queue_merges_ten_changes_into_one_sync_of_the_newest_state() {
+async fn chapter3_queue_merges_ten_changes_into_one_sync_of_the_newest_state() {
     let c = cluster().await;
     let ns = namespace(&c.client, "ch3").await;
     create(&c.client, &ns, "p", &[]).await;
     // A worker busy for 5 s per key: the ten changes land while it holds `p`.
     let ch = start("ch3_queue", &c, &["-n", &ns, "--work-time", "5s"]);
-    wait_line(&ch, &format!("worker: {ns}/p rv=N (1 events since it was last taken)"), 1).await;
+    wait_line(&ch, &format!("worker: {ns}/p rv=N (events since it was last taken: 1)"), 1).await;
     for i in 0..10 {
         label(&c.client, &ns, "p", "n", &i.to_string()).await;
     }
@@ -182,12 +182,12 @@ async fn ch3_queue_merges_ten_changes_into_one_sync_of_the_newest_state() {
     let mut expected = vec![
         "chapter 3: event handlers put keys on a de-duplicating queue; one slow worker takes them".to_string(),
         format!("handler: InitDone {ns}/p -> queued"),
-        format!("worker: {ns}/p rv=N (1 events since it was last taken)"),
+        format!("worker: {ns}/p rv=N (events since it was last taken: 1)"),
     ];
     expected.extend(std::iter::repeat_n(merged, 10));
     expected.extend([
         format!("worker: done {ns}/p"),
-        format!("worker: {ns}/p rv=N (10 events since it was last taken)"),
+        format!("worker: {ns}/p rv=N (events since it was last taken: 10)"),
         format!("worker: done {ns}/p"),
         "shutting down: 0 keys left to drain".into(),
         "shutdown complete".into(),
@@ -200,7 +200,7 @@ fn ch4_start(pods: usize) -> Vec<String> {
     vec![
         "chapter 4: a pod controller: watch -> cache -> queue -> worker -> onAdd/onUpdate/onDelete".into(),
         "waiting for the cache to sync".into(),
-        format!("cache synced: {pods} pods"),
+        format!("cache synced (pods: {pods})"),
         "worker started".into(),
     ]
 }
@@ -216,7 +216,7 @@ fn ch4_stop() -> Vec<String> {
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
-async fn ch4_logs_add_update_delete_and_shuts_down_cleanly() {
+async fn chapter4_logs_add_update_delete_and_shuts_down_cleanly() {
     let c = cluster().await;
     let ns = namespace(&c.client, "ch4").await;
     create(&c.client, &ns, "old", &[]).await;
@@ -252,7 +252,7 @@ async fn ch4_two_resyncs(pitfall: &[&str]) -> (String, Vec<String>) {
     let ns = namespace(&c.client, "ch4-resync").await;
     create(&c.client, &ns, "old", &[]).await;
     let ch = start("ch4_controller", &c, &[&["-n", &ns, "--resync", "2s"], pitfall].concat());
-    wait_line(&ch, "resync: queueing the 1 pods in the cache", 2).await;
+    wait_line(&ch, "resync: queueing every pod in the cache (pods: 1)", 2).await;
     if !pitfall.is_empty() {
         wait_line(&ch, &format!("onUpdate: {ns}/old"), 2).await;
     } else {
@@ -264,23 +264,23 @@ async fn ch4_two_resyncs(pitfall: &[&str]) -> (String, Vec<String>) {
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
-async fn ch4_resync_requeues_from_the_cache_and_an_unchanged_pod_logs_nothing() {
+async fn chapter4_resync_requeues_from_the_cache_and_an_unchanged_pod_logs_nothing() {
     let (ns, out) = ch4_two_resyncs(&[]).await;
     let mut expected = ch4_start(1);
     expected.push(format!("onAdd: {ns}/old"));
-    expected.extend(std::iter::repeat_n("resync: queueing the 1 pods in the cache".to_string(), 2));
+    expected.extend(std::iter::repeat_n("resync: queueing every pod in the cache (pods: 1)".to_string(), 2));
     expected.extend(ch4_stop());
     assert_eq!(out, expected);
 }
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
-async fn pitfall_log_every_resync_logs_an_update_for_an_unchanged_pod() {
+async fn chapter4_pitfall_log_every_resync_logs_an_update_for_an_unchanged_pod() {
     let (ns, out) = ch4_two_resyncs(&["--pitfall", "log-every-resync"]).await;
     let mut expected = ch4_start(1);
     expected.push(format!("onAdd: {ns}/old"));
     for _ in 0..2 {
-        expected.push("resync: queueing the 1 pods in the cache".into());
+        expected.push("resync: queueing every pod in the cache (pods: 1)".into());
         expected.push(format!("onUpdate: {ns}/old")); // wrong: nothing changed
     }
     expected.extend(ch4_stop());
@@ -305,7 +305,7 @@ async fn ch4_label_then_another_pod(pitfall: &[&str]) -> (String, Vec<String>) {
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
-async fn pitfall_forget_done_loses_every_later_change_to_the_pod() {
+async fn chapter4_pitfall_forget_done_loses_every_later_change_to_the_pod() {
     let (ns, out) = ch4_label_then_another_pod(&[]).await;
     let mut expected = ch4_start(0);
     expected.extend([format!("onAdd: {ns}/p"), format!("onUpdate: {ns}/p"), format!("onAdd: {ns}/q")]);
@@ -323,7 +323,7 @@ async fn pitfall_forget_done_loses_every_later_change_to_the_pod() {
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
-async fn pitfall_act_on_event_logs_a_new_pod_as_an_update() {
+async fn chapter4_pitfall_act_on_event_logs_a_new_pod_as_an_update() {
     let c = cluster().await;
     let ns = namespace(&c.client, "ch4-event").await;
     create(&c.client, &ns, "old", &[]).await;
@@ -358,7 +358,7 @@ async fn ch4_three_pods_in_pages(pitfall: &[&str]) -> (String, Vec<String>) {
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
-async fn pitfall_no_cache_sync_loses_the_add_of_pods_listed_before_the_last_page() {
+async fn chapter4_pitfall_no_cache_sync_loses_the_add_of_pods_listed_before_the_last_page() {
     let (ns, out) = ch4_three_pods_in_pages(&[]).await;
     let (start, rest) = out.split_at(4.min(out.len()));
     assert_eq!(start, ch4_start(3));
