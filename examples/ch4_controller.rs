@@ -121,14 +121,20 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let config = watcher::Config::default().page_size(args.page_size);
     let watch = tokio::spawn(ctl.clone().watch(api, config, writer, shutdown.clone()));
     // WaitForCacheSync. Here the keys of the first list are queued at
-    // InitDone, when the store already holds it, so the queue is gated by
-    // itself; the wait guards what does not come through the queue (the
-    // resync timer reads the whole store) and says when we are ready.
+    // InitDone, when the store already holds it, so no key reaches the
+    // worker before the cache has synced, wait or no wait. The wait keeps
+    // what reads the store without a key (the resync timer here, a lister
+    // in a bigger controller) from acting on a cache that is still empty,
+    // and says when we are ready. `--pitfall no-cache-sync` shows what goes
+    // wrong when keys come per listed pod and nothing waits.
     if pitfall != Some(Pitfall::NoCacheSync) {
         println!("waiting for the cache to sync");
         tokio::select! {
             result = ctl.store.wait_until_ready() => result?,
-            _ = shutdown.cancelled() => return Ok(()),
+            _ = shutdown.cancelled() => {
+                println!("shutdown complete (before the cache synced)");
+                return Ok(());
+            }
         }
         println!("cache synced (pods: {})", ctl.store.len());
     }
