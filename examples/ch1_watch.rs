@@ -90,6 +90,11 @@ async fn run(args: Args) -> Result<(), kube::Error> {
         };
         match next {
             Some(Ok(event)) => println!("{}", describe(&event)),
+            // 410 Gone: the server no longer has the history after our
+            // resourceVersion (etcd compacted it), so the watch cannot resume.
+            Some(Err(watcher::Error::WatchError(status))) if status.code == 410 => {
+                println!("watch error: 410 Gone, too old to resume; the watcher lists again ({})", status.message)
+            }
             // An error is never the end: the watcher retries on its next poll,
             // resuming the watch or, after a 410 Gone, listing again (you
             // would see `Init` once more). Ending here on the first error, as

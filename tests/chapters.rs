@@ -379,3 +379,56 @@ async fn chapter4_pitfall_no_cache_sync_loses_the_add_of_pods_listed_before_the_
     expected.extend(ch4_stop());
     assert_eq!(out, expected);
 }
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn chapter1_watch_relists_after_410_gone_and_a_missed_delete_shows_only_there() {
+    // An API server of this test's own: it is stopped while a second one,
+    // on the same etcd, takes changes and compacts their history away.
+    let plane = Plane::start("chapter1-relist").await;
+    let c = &plane.cluster;
+    let ns = namespace(&c.client, "ch1-relist").await;
+    create(&c.client, &ns, "gone", &[]).await;
+    create(&c.client, &ns, "kept", &[]).await;
+    let ch = start("ch1_watch", c, &["-n", &ns]);
+    wait_line(&ch, "InitDone: the list is complete; watching changes from here", 1).await;
+
+    let port = free_port();
+    plane.start_apiserver("second-apiserver", Some(port), &["--etcd-compaction-interval=1s"]).await;
+    plane.kill_apiserver();
+    let second = plane.admin_client(&format!("https://127.0.0.1:{port}")).await;
+    delete(&second, &ns, "gone").await;
+    // Enough writes and time for compaction to pass the chapter's resourceVersion.
+    for i in 0..20 {
+        label(&second, &ns, "kept", "bump", &i.to_string()).await;
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    plane.start_apiserver("kube-apiserver", None, &[]).await;
+    wait_line(&ch, "InitDone: the list is complete; watching changes from here", 2).await;
+
+    let out = stop(ch, "INT").await;
+    // While the server is away the watcher retries; how often depends on
+    // timing, so the error lines are checked apart from the events.
+    let (errors, events): (Vec<String>, Vec<String>) = out.into_iter().partition(|l| l.starts_with("watch error"));
+    let init = "Init: a list begins (at start-up, or a relist after the watch could not resume)";
+    let done = "InitDone: the list is complete; watching changes from here";
+    assert_eq!(
+        events,
+        [
+            "chapter 1: every event kube's watcher yields for pods, with its resourceVersion (Ctrl-C stops)",
+            init,
+            &format!("InitApply: {ns}/gone rv=N (one pod of the list)"),
+            &format!("InitApply: {ns}/kept rv=N (one pod of the list)"),
+            done,
+            // No Delete and no Apply for what happened while we were away:
+            // the relist is the only place they show. `gone` is simply missing.
+            init,
+            &format!("InitApply: {ns}/kept rv=N (one pod of the list)"),
+            done,
+        ]
+    );
+    println!("watch errors while the API server was away:\n{}", errors.join("\n"));
+    // The server's answer when the watch tried to resume, the reason for the relist.
+    let gone = "watch error: 410 Gone, too old to resume; the watcher lists again (too old resource version: ";
+    assert!(errors.last().is_some_and(|e| e.starts_with(gone)), "no 410 Gone last among {errors:#?}");
+}
