@@ -1,0 +1,328 @@
+//! Chapter 4: the whole controller in one file.
+//!
+//! ```sh
+//! cargo run --example ch4_controller -- -n default
+//! cargo run --example ch4_controller -- -n default --pitfall forget-done   # put a mistake back
+//! ```
+//!
+//! Chapters 1 to 3 put together, in the shape of kubernetes/sample-controller
+//! (`run`, `run_worker`, `process_next_work_item`, `sync_handler`):
+//!
+//! ```text
+//! watch + reflect -> store (cache)            Controller::watch
+//!    event handlers -> namespace/name keys    Controller::on_event
+//!    resync timer   -> every cached key       Controller::resync
+//! queue (dedup) -> one worker                 Controller::process_next_work_item
+//!    cache now vs last synced -> onAdd / onUpdate / onDelete   Controller::sync_handler
+//! ```
+//!
+//! It is deliberately minimal, but never wrong in what it logs. The end of
+//! this file lists what it leaves out and where the full program (src/)
+//! handles each. `--pitfall NAME` puts back one classic mistake of the Go
+//! seeds, so you can watch which line goes missing or appears wrongly.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use demo_controller::key::Key;
+use demo_controller::pod::Pod;
+use demo_controller::queue::Queue;
+use futures::StreamExt;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+struct Args {
+    /// Watch pods in this namespace only [default: all namespaces]
+    #[arg(short, long)]
+    namespace: Option<String>,
+    /// Queue every cached key again this often. It re-reads the cache and never asks the server
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    resync: Duration,
+    /// Pods per LIST page (a list of more pods arrives in several pages)
+    #[arg(long, default_value_t = 500)]
+    page_size: u32,
+    /// Put one classic mistake back, to see what it breaks
+    #[arg(long, value_enum)]
+    pitfall: Option<Pitfall>,
+}
+
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum Pitfall {
+    /// Never call `done`: the key stays "being worked on" and later changes park behind it forever
+    ForgetDone,
+    /// Queue each listed pod as it arrives and start the worker without waiting for the cache to sync
+    NoCacheSync,
+    /// Log every synced pod as updated, even when a resync brought it back unchanged
+    LogEveryResync,
+    /// Log what the event that queued the key says, instead of comparing states
+    ActOnEvent,
+}
+
+/// What the worker remembers of each pod it synced: enough to tell an add, an
+/// update, a delete and a replacement (same name, new UID) apart.
+#[derive(Clone, PartialEq)]
+struct Synced {
+    uid: String,
+    resource_version: String,
+}
+
+struct Controller {
+    /// The cache (chapter 2). Only `watch` writes it, through its `Writer`.
+    store: Store<Pod>,
+    /// The de-duplicating work queue (chapter 3): keys, never objects.
+    queue: Arc<Queue<Key>>,
+    /// Each key's state at its last sync: what "changed" is measured against.
+    last_synced: Mutex<HashMap<Key, Synced>>,
+    /// Only for `--pitfall act-on-event`: the kind of the latest event per key.
+    event_kind: Mutex<HashMap<Key, &'static str>>,
+    pitfall: Option<Pitfall>,
+}
+
+// One thread: the worker runs whenever the watch waits for the server. That
+// is plenty for a logger, and it makes `--pitfall no-cache-sync` repeatable:
+// with `--page-size 1`, the worker runs between two pages of the first list,
+// reads a store that does not hold the list yet (it swaps at InitDone), finds
+// nothing and logs nothing; only the pods of the last page get their onAdd.
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Run: start the watch, wait for the cache to sync, start the resync timer
+/// and the worker, and on Ctrl-C or SIGTERM shut down in order.
+async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let client = Client::try_default().await?;
+    let api: Api<Pod> = match &args.namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    };
+    let shutdown = CancellationToken::new();
+    tokio::spawn(on_signal(shutdown.clone()));
+    let (store, writer) = reflector::store::<Pod>();
+    let queue = Queue::new("chapter4");
+    let pitfall = args.pitfall;
+    let ctl =
+        Arc::new(Controller { store, queue, last_synced: Mutex::default(), event_kind: Mutex::default(), pitfall });
+    println!("chapter 4: a pod controller: watch -> cache -> queue -> worker -> onAdd/onUpdate/onDelete");
+
+    let config = watcher::Config::default().page_size(args.page_size);
+    let watch = tokio::spawn(ctl.clone().watch(api, config, writer, shutdown.clone()));
+    // WaitForCacheSync. Here the keys of the first list are queued at
+    // InitDone, when the store already holds it, so no key reaches the
+    // worker before the cache has synced, wait or no wait. The wait keeps
+    // what reads the store without a key (the resync timer here, a lister
+    // in a bigger controller) from acting on a cache that is still empty,
+    // and says when we are ready. `--pitfall no-cache-sync` shows what goes
+    // wrong when keys come per listed pod and nothing waits.
+    if pitfall != Some(Pitfall::NoCacheSync) {
+        println!("waiting for the cache to sync");
+        tokio::select! {
+            result = ctl.store.wait_until_ready() => result?,
+            _ = shutdown.cancelled() => {
+                println!("shutdown complete (before the cache synced)");
+                return Ok(());
+            }
+        }
+        println!("cache synced (pods: {})", ctl.store.len());
+    }
+    tokio::spawn(ctl.clone().resync(args.resync, shutdown.clone()));
+    let worker = tokio::spawn(ctl.clone().run_worker());
+    println!("worker started");
+
+    // Shutdown: stop the watch first (no new keys), then close the queue; the
+    // worker finishes what is queued, and `get` returns None.
+    shutdown.cancelled().await;
+    watch.await?;
+    println!("shutting down: watch stopped, {} keys left to drain", ctl.queue.len());
+    ctl.queue.shut_down();
+    worker.await?;
+    println!("shutdown complete");
+    Ok(())
+}
+
+impl Controller {
+    /// The informer: list + watch into the store, and every change to a key.
+    /// Watch errors are logged and retried, never fatal.
+    async fn watch(
+        self: Arc<Self>,
+        api: Api<Pod>,
+        config: watcher::Config,
+        writer: Writer<Pod>,
+        stop: CancellationToken,
+    ) {
+        let events = watcher::watcher(api, config).default_backoff().reflect(writer);
+        let mut events = std::pin::pin!(events);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                next = events.next() => match next {
+                    Some(Ok(event)) => self.on_event(&event),
+                    Some(Err(err)) => println!("watch error (the watcher retries): {err}"),
+                    None => return,
+                },
+            }
+        }
+    }
+
+    /// The event handlers (client-go's AddFunc, UpdateFunc, DeleteFunc): they
+    /// only queue keys. The keys of a (re)list wait for InitDone, when the
+    /// store holds the new list.
+    fn on_event(&self, event: &Event<Pod>) {
+        match event {
+            Event::Apply(pod) => self.enqueue(Key::of(pod), "onUpdate"),
+            Event::Delete(pod) => self.enqueue(Key::of(pod), "onDelete"),
+            Event::InitApply(pod) if self.pitfall == Some(Pitfall::NoCacheSync) => self.enqueue(Key::of(pod), "onAdd"),
+            Event::InitDone if self.pitfall != Some(Pitfall::NoCacheSync) => {
+                for pod in self.store.state() {
+                    self.enqueue(Key::of(&pod), "onAdd");
+                }
+            }
+            Event::Init | Event::InitApply(_) | Event::InitDone => {}
+        }
+    }
+
+    /// Queues `key`. `kind` is what a Go event handler would call the event;
+    /// only the act-on-event pitfall looks at it.
+    fn enqueue(&self, key: Key, kind: &'static str) {
+        if self.pitfall == Some(Pitfall::ActOnEvent) {
+            lock(&self.event_kind).insert(key.clone(), kind);
+        }
+        self.queue.add(key);
+    }
+
+    /// Resync: every period, queue every key *in the cache* again. It never
+    /// asks the server, so it cannot catch a change the watch missed (the
+    /// relist after a 410 does that). It is for controllers whose actions on
+    /// the outside world can drift or fail; for this logger an unchanged pod
+    /// logs nothing.
+    async fn resync(self: Arc<Self>, period: Duration, stop: CancellationToken) {
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = ticker.tick() => {}
+            }
+            let pods = self.store.state();
+            println!("resync: queueing every pod in the cache (pods: {})", pods.len());
+            for pod in pods {
+                self.enqueue(Key::of(&pod), "onUpdate");
+            }
+        }
+    }
+
+    /// runWorker: process keys until the queue is shut down and drained.
+    async fn run_worker(self: Arc<Self>) {
+        while self.process_next_work_item().await {}
+    }
+
+    /// processNextWorkItem: take one key, sync it, and tell the queue.
+    async fn process_next_work_item(&self) -> bool {
+        let Some(key) = self.queue.get().await else {
+            return false;
+        };
+        self.sync_handler(&key);
+        // Forget clears the key's retry history. This sync cannot fail (it
+        // only logs); a controller whose sync can fail would instead call
+        // `add_rate_limited(key)` on an error, up to a few attempts.
+        self.queue.forget(&key);
+        // Done: the queue may hand this key out again (and will, if it
+        // changed meanwhile).
+        if self.pitfall != Some(Pitfall::ForgetDone) {
+            self.queue.done(&key);
+        }
+        true
+    }
+
+    /// syncHandler: compare the pod in the cache now with the state at the
+    /// last sync, and log the difference. It never trusts the event that
+    /// queued the key: dedup merges events, a resync replays them, and kube's
+    /// `Apply` does not say "added" or "updated".
+    fn sync_handler(&self, key: &Key) {
+        if self.pitfall == Some(Pitfall::ActOnEvent) {
+            if let Some(kind) = lock(&self.event_kind).remove(key) {
+                println!("{kind}: {key}");
+            }
+            return;
+        }
+        let now = self.store.get(&ObjectRef::new(&key.name).within(&key.namespace)).map(|pod| Synced {
+            uid: pod.uid().unwrap_or_default(),
+            resource_version: pod.resource_version().unwrap_or_default(),
+        });
+        let mut last_synced = lock(&self.last_synced);
+        let lines: &[&str] = match (last_synced.get(key), &now) {
+            (None, None) => &[],
+            (None, Some(_)) => &["onAdd"],
+            (Some(_), None) => &["onDelete"],
+            (Some(old), Some(new)) if old.uid != new.uid => &["onDelete", "onAdd"],
+            (Some(old), Some(new)) if old != new => &["onUpdate"],
+            // The same resourceVersion: a resync. Nothing changed.
+            (Some(_), Some(_)) if self.pitfall == Some(Pitfall::LogEveryResync) => &["onUpdate"],
+            (Some(_), Some(_)) => &[],
+        };
+        match now {
+            Some(state) => last_synced.insert(key.clone(), state),
+            None => last_synced.remove(key),
+        };
+        drop(last_synced);
+        for line in lines {
+            println!("{line}: {key}");
+        }
+    }
+}
+
+/// Locks a map. A poisoned lock (a panic while it was held) still holds a
+/// whole map here, since every update is one insert or remove.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Cancels `shutdown` on the first Ctrl-C (SIGINT) or SIGTERM.
+async fn on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        println!("cannot install signal handlers: stop this with SIGKILL");
+        return;
+    };
+    let name = tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    };
+    println!("received {name}: shutting down");
+    shutdown.cancel();
+}
+
+// What this chapter leaves out, and where the full program handles it:
+//
+// - Pods deleted while the watch was down: after a relist the store drops
+//   them silently at InitDone and no onDelete is logged here. src/informer.rs
+//   `Cache::apply` (InitDone) keeps them as tombstones (client-go's
+//   DeletedFinalStateUnknown), and src/worker.rs `decide` logs them.
+// - Short-lived pods: created and deleted before the worker got to the key,
+//   they are in neither the cache nor `last_synced`, so nothing is logged.
+//   src/informer.rs `Cache::apply` (Delete) keeps the final state, and
+//   src/worker.rs `decide` logs onAdd then onDelete.
+// - The final state in onDelete and what changed in onUpdate: src/pod.rs
+//   `PodState::diff`, src/worker.rs `log`.
+// - Retries with a backoff that grows, Forget and a retry limit, for a sync
+//   that fails: src/controller.rs `process_next_work_item`, `MAX_ATTEMPTS`,
+//   src/queue.rs `Queue::add_rate_limited`. (In the logger only the fault
+//   seam, src/faults.rs, makes a sync fail.)
+// - A watch backoff that grows while a LIST keeps failing (kube's resets at
+//   every `Init`): src/informer.rs `Backoff`, `run`.
+// - Several workers, a drain with a time limit, a second signal to exit at
+//   once: src/controller.rs `Controller::run`, src/main.rs `handle_signals`.
+// - Readiness and liveness probes and metrics: src/probes.rs, src/metrics.rs.
+// - Clear errors for a bad kubeconfig or selector: src/client.rs.
