@@ -27,4 +27,5 @@ pub mod metrics;
 pub mod pod;
 pub mod probes;
 pub mod queue;
+pub mod selector;
 pub mod worker;
