@@ -22,8 +22,8 @@ use crate::key::Key;
 pub const ENV: &str = "DEMO_CONTROLLER_FAULTS";
 
 /// A failure this seam made on purpose. It is its own type (not the
-/// controller's `SyncError`) so that this module depends on nothing but the
-/// key, and the controller wraps it like any other reason a sync can fail.
+/// worker's `SyncError`) so that this module depends on nothing but the key,
+/// and the worker wraps it like any other reason a sync can fail.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct Injected(String);
@@ -44,7 +44,7 @@ impl Faults {
         }
     }
 
-    fn parse(spec: &str) -> Result<Faults, String> {
+    pub fn parse(spec: &str) -> Result<Faults, String> {
         let mut faults = Faults::default();
         let duration = |item: &str, text: &str| {
             humantime::parse_duration(text).map_err(|e| format!("{ENV}: cannot parse '{item}': {e}"))
@@ -70,7 +70,8 @@ impl Faults {
         Ok(faults)
     }
 
-    /// Called at the start of every sync; a no-op unless faults were asked for.
+    /// The fallible step of every sync (worker.rs: after the read, before the
+    /// commit); a no-op unless faults were asked for.
     pub async fn inject(&self, key: &Key) -> Result<(), Injected> {
         if let Some(time) = self.slow {
             tokio::time::sleep(time).await;
