@@ -39,7 +39,8 @@ use kube::{Api, Client, Config};
 pub const READ_TIMEOUT: Duration = Duration::from_secs(54);
 
 /// The bound on each start-up check (GET /version, the selector check), so
-/// that a server that never answers is reported within 30 s.
+/// that a server that never answers is reported within 30 s. Also kube's
+/// connect timeout (TCP and TLS handshake) for every request.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One line for a watch error, with the server's own reason and a hint where
@@ -66,14 +67,16 @@ pub fn describe(error: &watcher::Error) -> String {
             format!("{doing} failed: {} ({}, {})", status.message, status.reason, status.code)
         }
         other if timed_out(other) => format!(
-            "{doing} failed: no answer from the API server for {}s; the request is abandoned and retried",
+            "{doing} failed: the API server did not answer in time (connect timeout {}s, read timeout {}s): the request is abandoned",
+            STARTUP_TIMEOUT.as_secs(),
             READ_TIMEOUT.as_secs()
         ),
         other => format!("{doing} failed: {}", chain(other)),
     }
 }
 
-/// Whether an error is our read timeout firing (somewhere in its chain).
+/// Whether an error is our connect or read timeout firing (somewhere in its
+/// chain; layers of hyper and io errors wrap it).
 fn timed_out(error: &(dyn StdError + 'static)) -> bool {
     let mut next: Option<&(dyn StdError + 'static)> = Some(error);
     while let Some(e) = next {
@@ -82,7 +85,8 @@ fn timed_out(error: &(dyn StdError + 'static)) -> bool {
         }
         next = e.source();
     }
-    false
+    let text = chain(error);
+    text.contains("timed out") || text.contains("TimedOut")
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -163,6 +167,7 @@ pub async fn connect(kubeconfig: Option<PathBuf>, context: Option<String>) -> Re
             reason: format!("GET /version answered {} {}", status.code, status.message),
         }),
         Err(e @ kube::Error::SerdeError(_)) => Err(ClientError::NotKubernetes { url, reason: chain(&e) }),
+        Err(e) if timed_out(&e) => Err(no_answer(url)),
         Err(e) => {
             let reason = chain(&e);
             let hint = hint(&reason);

@@ -121,6 +121,8 @@ impl Worker {
     /// sync so leaves everything where it was, and the retry sees it all again
     /// (a delete taken before a failure would be lost for good).
     pub async fn sync(&self, key: &Key) -> Result<Vec<Line>, SyncError> {
+        // (The test seam's slow or stalled worker: time passes before the read.)
+        self.faults.delay(key).await;
         // 1. Read.
         let snapshot = self.cache.read(key);
         let last = self.lock_last().get(key).cloned();
@@ -140,7 +142,7 @@ impl Worker {
 
         // 2. Act. Nothing is logged before the fallible step, so a retry
         //    never repeats a line.
-        self.faults.inject(key).await?;
+        self.faults.act(key)?;
         if changes.is_empty() {
             debug!(%key, "no change (resync or a merged add+delete already logged)");
         }
