@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use crate::pod::Pod;
 use futures::StreamExt;
-use kube::core::labels::{Selector, SelectorExt};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event, InitialListStrategy};
 use kube::{Api, ResourceExt};
@@ -25,7 +24,7 @@ use tracing::{debug, info, warn};
 
 use crate::key::Key;
 use crate::queue::Queue;
-use crate::{metrics, probes, selector};
+use crate::{metrics, probes};
 
 /// How long the API server keeps one watch request open (`timeoutSeconds`).
 /// It sends a bookmark about 2 s before it closes the watch, and the watcher
@@ -57,8 +56,9 @@ struct Inner {
     /// (and `--skip-existing` can leave them out). Each is removed when the
     /// sync that logged that pod (alive, or from its tombstone) commits.
     initial: HashSet<String>,
-    /// The watch's label selector, to tell "left the selector" from "deleted".
-    selector: Option<Selector>,
+    /// With a label selector: the API to ask whether a pod that the watch
+    /// reported DELETED still exists (it then left the selector).
+    selector: Option<Api<Pod>>,
     synced: bool,
 }
 
@@ -66,9 +66,10 @@ struct Inner {
 #[derive(Clone, Debug)]
 pub struct Tombstone {
     pub pod: Arc<Pod>,
-    /// The server sent DELETED because the pod's labels stopped matching the
-    /// selector, not because it was deleted (see [`Cache::apply`]).
-    pub left_selector: bool,
+    /// A DELETED event while a label selector is in use: the pod was deleted
+    /// *or* its labels stopped matching, and the event cannot tell which (see
+    /// [`Cache::apply`]); [`Cache::left_selector`] asks the server.
+    pub ask_why: bool,
 }
 
 /// What a worker sees for one key, taken in one consistent moment. Reading it
@@ -93,9 +94,21 @@ impl Cache {
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The label selector the watch uses (`--selector`), if any.
-    pub fn set_selector(&self, selector: Option<Selector>) {
-        self.lock().selector = selector;
+    /// Whether the watch uses a label selector; `api` (not filtered by it)
+    /// answers what became of a pod reported DELETED.
+    pub fn set_selector(&self, api: Option<Api<Pod>>) {
+        self.lock().selector = api;
+    }
+
+    /// Whether the pod of a DELETED event still exists: then it left the
+    /// selector rather than being deleted. One GET, made by the worker's sync
+    /// (its fallible step: a failure is retried with the key's backoff).
+    pub async fn left_selector(&self, pod: &Pod) -> Result<bool, kube::Error> {
+        let Some(api) = self.lock().selector.clone() else { return Ok(false) };
+        let namespace = pod.namespace().unwrap_or_default();
+        let api = Api::<Pod>::namespaced(api.into_client(), &namespace);
+        let now = api.get_opt(&pod.name_any()).await?;
+        Ok(now.is_some_and(|now| now.uid() == pod.uid()))
     }
 
     /// The event handlers: apply one watcher event to the store and return the
@@ -109,12 +122,14 @@ impl Cache {
                 vec![Key::of(pod)]
             }
             // A DELETED event. With a label selector the server sends one too
-            // when a pod's labels stop matching; the object is then the pod
-            // with its *new* labels, which the selector no longer matches.
+            // when a pod's labels stop matching, and (measured against
+            // kube-apiserver 1.35) its object is the pod as it was *before*
+            // the change, old labels and all, only with the new
+            // resourceVersion: nothing in it tells the two cases apart.
             Event::Delete(pod) => {
                 inner.writer.apply_watcher_event(&event);
-                let left_selector = inner.selector.as_ref().is_some_and(|s| !s.matches(pod.labels()));
-                let tombstone = Tombstone { pod: Arc::new(pod.clone()), left_selector };
+                let ask_why = inner.selector.is_some();
+                let tombstone = Tombstone { pod: Arc::new(pod.clone()), ask_why };
                 inner.tombstones.entry(Key::of(pod)).or_default().push(tombstone);
                 vec![Key::of(pod)]
             }
@@ -136,7 +151,7 @@ impl Cache {
                 for old in before {
                     let key = Key::of(&old);
                     if now.get(&key) != Some(&old.uid()) {
-                        inner.tombstones.entry(key).or_default().push(Tombstone { pod: old, left_selector: false });
+                        inner.tombstones.entry(key).or_default().push(Tombstone { pod: old, ask_why: false });
                     }
                 }
                 metrics::relisted();
@@ -216,7 +231,7 @@ pub async fn run(
 ) {
     let _running = probes::watch_running(); // for /healthz, until we return
     config = config.timeout(WATCH_TIMEOUT_SECS);
-    cache.set_selector(config.label_selector.as_deref().and_then(selector::parse));
+    cache.set_selector(config.label_selector.is_some().then(|| api.clone()));
     let mut backoff = Backoff::default();
     loop {
         let streaming = config.initial_list_strategy == InitialListStrategy::StreamingList;
@@ -459,22 +474,6 @@ pub(crate) mod tests {
         // ... but after two quiet minutes the schedule starts over.
         tokio::time::advance(Duration::from_secs(30 + 120)).await;
         assert_eq!(b.next_delay(Instant::now(), 0.0), Duration::from_millis(800));
-    }
-
-    #[test]
-    fn a_delete_that_left_the_selector_is_marked() {
-        let cache = Cache::new();
-        cache.set_selector(crate::selector::parse("app=web"));
-        cache.apply(Event::Init);
-        cache.apply(Event::InitDone);
-        let mut relabelled = pod("a", "p", "u1", "3");
-        relabelled.metadata.labels = Some([("app".to_string(), "db".to_string())].into());
-        cache.apply(Event::Delete(relabelled));
-        let mut deleted = pod("a", "q", "u2", "4");
-        deleted.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
-        cache.apply(Event::Delete(deleted));
-        assert!(cache.read(&key("a", "p")).tombstones[0].left_selector);
-        assert!(!cache.read(&key("a", "q")).tombstones[0].left_selector);
     }
 
     #[test]

@@ -27,5 +27,4 @@ pub mod metrics;
 pub mod pod;
 pub mod probes;
 pub mod queue;
-pub mod selector;
 pub mod worker;

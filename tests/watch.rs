@@ -227,7 +227,9 @@ async fn a_pod_relabelled_out_of_the_selector_is_not_reported_as_deleted() {
     logger.wait_message(&format!("onAdd: {ns}/p"), T).await;
 
     // What the server sends when a pod leaves the selector: DELETED, with the
-    // pod as it is now (new labels, not being deleted).
+    // pod as it was *before* the change (its old, matching labels, no
+    // deletionTimestamp) at the change's resourceVersion. Nothing in the event
+    // tells it from a deletion: the logger asks whether the pod still exists.
     let pods = Api::<Pod>::namespaced(c.client.clone(), &ns);
     let rv = pods.get("p").await.unwrap().metadata.resource_version.unwrap();
     let mut events = Box::pin(pods.watch(&WatchParams::default().labels("app=web").timeout(30), &rv).await.unwrap());
@@ -239,9 +241,14 @@ async fn a_pod_relabelled_out_of_the_selector_is_not_reported_as_deleted() {
         }
     };
     let carried = deleted.metadata.labels.clone().unwrap_or_default();
-    println!("figures: deleted_event_labels={carried:?} deletion_timestamp={:?}", deleted.metadata.deletion_timestamp);
-    assert_eq!(carried.get("app").map(String::as_str), Some("db"));
+    let now = pods.get("p").await.unwrap().metadata.resource_version;
+    println!(
+        "figures: deleted_event_labels={carried:?} deletion_timestamp={:?} event_rv={:?} rv_after_relabel={now:?}",
+        deleted.metadata.deletion_timestamp, deleted.metadata.resource_version
+    );
+    assert_eq!(carried.get("app").map(String::as_str), Some("web"));
     assert!(deleted.metadata.deletion_timestamp.is_none());
+    assert_eq!(deleted.metadata.resource_version, now);
 
     let gone = logger.wait_message(&format!("onDelete: {ns}/p"), T).await;
     assert_eq!(gone["reason"], "no longer matches the selector", "{gone}");
