@@ -132,13 +132,14 @@ async fn restarts_under_churn(mode: Mode) {
                 created += 1;
                 if created % 3 == 0 {
                     let (name, uid, _) = &live[live.len() / 2];
+                    let sent = now_ms();
                     let patch = serde_json::json!({"metadata": {"labels": {"n": created.to_string()}}});
                     retry(async || {
                         pods.patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await
                     })
                     .await
                     .unwrap();
-                    updates.push((uid.clone(), created, now_ms()));
+                    updates.push((uid.clone(), created, sent));
                 }
                 // Delete pods that have lived for a while, so every pod exists
                 // long enough for a watcher to see it at least once.
@@ -209,10 +210,11 @@ async fn restarts_under_churn(mode: Mode) {
 /// Label changes, as (pod uid, value of label `n`).
 type LabelChanges = Vec<(String, usize)>;
 
-/// Checks that every label change (uid, value, when acknowledged) is in
-/// exactly one log line: an onUpdate whose changes show `n=value`, or merged
-/// into a later line of the same pod (an onUpdate with a later value, or an
-/// onAdd/onDelete logged after the change, which shows the pod's state then).
+/// Checks that every label change (uid, value, when sent) is in exactly one
+/// log line: an onUpdate whose changes show `n=value`, or merged into a later
+/// line of the same pod (an onUpdate with a later value, or an onAdd/onDelete
+/// logged after the change was sent: a pod created and relabelled before its
+/// first sync is logged once, as an onAdd of its relabelled state).
 /// Returns (changes in no line, changes in two onUpdates, merged count).
 fn updates_seen(lines: &[Value], updates: &[(String, usize, f64)]) -> (LabelChanges, LabelChanges, usize) {
     let at = |v: &Value| chrono_ms(v["timestamp"].as_str().unwrap());
