@@ -100,7 +100,7 @@ pub enum ClientError {
     )]
     NoConfigInList(String),
     #[error(
-        "no kubeconfig found ($KUBECONFIG is unset and {home} does not exist) and the in-cluster config does not load: {reason}"
+        "KUBERNETES_SERVICE_HOST is set but the in-cluster config does not load ({reason}), and {home} does not exist: mount the pod's service-account token (automountServiceAccountToken), or pass --kubeconfig PATH"
     )]
     NoConfigInPod { home: String, reason: String },
     #[error("cannot read kubeconfig {path}: {reason}: pass an existing file with --kubeconfig or fix $KUBECONFIG")]

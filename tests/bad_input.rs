@@ -150,6 +150,41 @@ fn kubeconfig_from_the_environment_that_is_missing() {
 }
 
 #[test]
+fn an_in_cluster_config_that_does_not_load_and_no_home_kubeconfig() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("empty-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let env =
+        [("HOME", home.to_str().unwrap()), ("KUBERNETES_SERVICE_HOST", "127.0.0.1"), ("KUBERNETES_SERVICE_PORT", "1")];
+    assert_eq!(
+        run(&[], &env),
+        (
+            1,
+            format!(
+                "error: KUBERNETES_SERVICE_HOST is set but the in-cluster config does not load (failed to read the default namespace: No such file or directory (os error 2)), and {}/.kube/config does not exist: mount the pod's service-account token (automountServiceAccountToken), or pass --kubeconfig PATH",
+                home.display()
+            )
+        )
+    );
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn an_in_cluster_config_that_does_not_load_falls_back_to_the_home_kubeconfig() {
+    // controller-runtime's order: in-cluster first, then ~/.kube/config.
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("home-with-kubeconfig");
+    std::fs::create_dir_all(home.join(".kube")).unwrap();
+    std::fs::copy(cluster_dir().join("kubeconfig"), home.join(".kube/config")).unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["--log-format", "json", "--probe-addr", "0", "--metrics-addr", "0", "-n", "default"]);
+    cmd.env_remove("KUBECONFIG").env_remove("RUST_LOG");
+    let env =
+        [("HOME", home.to_str().unwrap()), ("KUBERNETES_SERVICE_HOST", "127.0.0.1"), ("KUBERNETES_SERVICE_PORT", "1")];
+    let logger = Logger::spawn(cmd, &env);
+    logger.synced().await;
+    assert!(logger.stderr().is_empty(), "{:?}", logger.stderr());
+}
+
+#[test]
 fn a_bad_file_in_the_kubeconfig_list_is_named_alone() {
     let bad = tmp_file("malformed-in-list", "apiVersion: v1\nkind: Config\nclusters: [this is: not: valid\n");
     let good = kubeconfig("good-in-list", "https://127.0.0.1:1", None, "    token: abc");
