@@ -218,6 +218,13 @@ impl Cache {
 /// watcher yields `Ok(Init)` before each list attempt, so a LIST that keeps
 /// failing (a 403, say) would be retried about once a second forever.
 ///
+/// Streaming or paged: kube 5 asks for a streaming list at resourceVersion
+/// "0" ("any freshness"), so the server answers from its watch cache, which
+/// can lag etcd by milliseconds; a paged LIST (kube's default `MostRecent`)
+/// is a consistent read. A pod created just before start-up can so miss the
+/// first streaming list and arrive as an event a moment later (a plain
+/// onAdd, not `initial_list=true`). `--paged-list` trades speed for that.
+///
 /// Two answers are not errors: a 410 Gone (the server compacted the history
 /// our watch resumes from; the watcher relists at once, as client-go does),
 /// and a server that refuses streaming lists (we fall back to a paged LIST,

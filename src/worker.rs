@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::faults::Faults;
 use crate::informer::Cache;
@@ -82,9 +82,6 @@ pub enum SyncError {
     /// The test seam made it fail (see faults.rs).
     #[error(transparent)]
     Injected(#[from] crate::faults::Injected),
-    /// Asking the API server whether a pod left the selector failed.
-    #[error("cannot tell whether the pod was deleted or left the selector: {0}")]
-    Api(#[from] kube::Error),
 }
 
 /// The syncHandler's state: the cache to read and what was last logged.
@@ -143,8 +140,8 @@ impl Worker {
         let tombstones: Vec<PodState> = snapshot.tombstones.iter().map(|t| PodState::of(&t.pod)).collect();
         let changes = decide(last.as_ref(), &tombstones, current.as_ref());
 
-        // 2. Act: the steps that can fail. Nothing is logged before they
-        //    succeed, so a retry never repeats a line.
+        // 2. Act. Nothing is logged before the step that can fail succeeds,
+        //    so a retry never repeats a line.
         self.faults.act(key)?;
         // With a selector, a DELETED event may mean the pod was relabelled
         // out of it: ask the server, for the deletes we are about to log.
@@ -152,8 +149,17 @@ impl Worker {
         for t in snapshot.tombstones.iter().filter(|t| t.ask_why) {
             let uid = t.pod.metadata.uid.as_deref().unwrap_or_default();
             let logged = changes.iter().any(|c| matches!(c, Change::Delete(p) if p.uid == uid));
-            if logged && self.cache.left_selector(&t.pod).await? {
-                left.push((uid, t.pod.metadata.resource_version.as_deref().unwrap_or_default()));
+            if !logged {
+                continue;
+            }
+            // Not worth failing the sync for: without an answer the line is a
+            // plain onDelete, which is what a relist would give too.
+            match self.cache.left_selector(&t.pod).await {
+                Ok(true) => left.push((uid, t.pod.metadata.resource_version.as_deref().unwrap_or_default())),
+                Ok(false) => {}
+                Err(e) => {
+                    warn!(%key, "cannot tell whether {key} was deleted or left the selector ({e}): a plain onDelete follows")
+                }
             }
         }
         if changes.is_empty() {

@@ -458,10 +458,16 @@ async fn shutdown_with_a_backlog_drains_it_and_exits_zero() {
     let (logger, _, _) = shutdown_under_backlog(3000, "1ms").await;
     let last = logger.lines().last().cloned().unwrap();
     assert_eq!((last["message"].as_str(), last["left"].as_u64()), (Some("shutdown complete"), Some(0)));
-    // Drained: every pod of the initial list was logged.
+    // Drained: every pod of the initial list was logged. (A streaming list is
+    // served from the API server's watch cache, at "any" freshness in kube 5,
+    // so it may lack pods created milliseconds before; those arrive as events,
+    // and the watch stops at SIGTERM.)
+    let listed = logger.lines().iter().find(|v| v["message"] == "cache synced").unwrap()["pods"].as_u64().unwrap();
     let adds =
         logger.lines().iter().filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("onAdd: "))).count();
-    assert_eq!(adds, 3000);
+    println!("figures: pods_in_first_list={listed} logged={adds}");
+    assert!(listed > 2900, "{listed}");
+    assert_eq!(adds as u64, listed);
 }
 
 #[ignore = "needs the local control plane: run `make test`"]
