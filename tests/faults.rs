@@ -463,11 +463,14 @@ async fn shutdown_with_a_backlog_drains_it_and_exits_zero() {
     // so it may lack pods created milliseconds before; those arrive as events,
     // and the watch stops at SIGTERM.)
     let listed = logger.lines().iter().find(|v| v["message"] == "cache synced").unwrap()["pods"].as_u64().unwrap();
-    let adds =
-        logger.lines().iter().filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("onAdd: "))).count();
-    println!("figures: pods_in_first_list={listed} logged={adds}");
+    let lines = logger.lines();
+    let adds: Vec<&Value> =
+        lines.iter().filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("onAdd: "))).collect();
+    let initial = adds.iter().filter(|v| v["initial_list"] == true).count() as u64;
+    println!("figures: pods_in_first_list={listed} logged_initial={initial} logged={}", adds.len());
     assert!(listed > 2900, "{listed}");
-    assert_eq!(adds as u64, listed);
+    assert_eq!(initial, listed, "every pod of the first list is logged");
+    assert!(adds.len() <= 3000);
 }
 
 #[ignore = "needs the local control plane: run `make test`"]
@@ -480,8 +483,11 @@ async fn shutdown_with_a_backlog_too_big_to_drain_is_cut_cleanly() {
     let adds = logger.lines().iter().filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with("onAdd: "))).count()
         as u64;
     assert!(left > 0 && left < queued, "left={left} queued={queued}");
-    // Nothing unaccounted for: every key was either logged or counted as left.
-    assert_eq!(adds + left, 2000, "adds={adds} left={left}");
+    // Nothing unaccounted for: every key of the first list was either logged
+    // or counted as left (the watch stops at SIGTERM: see the test above).
+    let listed = logger.lines().iter().find(|v| v["message"] == "cache synced").unwrap()["pods"].as_u64().unwrap();
+    assert!(listed > 1900, "{listed}");
+    assert_eq!(adds + left, listed, "adds={adds} left={left}");
 }
 
 #[ignore = "needs the local control plane: run `make test`"]
