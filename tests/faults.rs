@@ -487,7 +487,8 @@ async fn shutdown_with_a_backlog_too_big_to_drain_is_cut_cleanly() {
     // or counted as left (the watch stops at SIGTERM: see the test above).
     let listed = logger.lines().iter().find(|v| v["message"] == "cache synced").unwrap()["pods"].as_u64().unwrap();
     assert!(listed > 1900, "{listed}");
-    assert_eq!(adds + left, listed, "adds={adds} left={left}");
+    // (Pods the list lacked may have come as events before SIGTERM: counted too.)
+    assert!((listed..=2000).contains(&(adds + left)), "adds={adds} left={left} listed={listed}");
 }
 
 #[ignore = "needs the local control plane: run `make test`"]
