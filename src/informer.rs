@@ -102,7 +102,7 @@ impl Cache {
 
     /// Whether the pod of a DELETED event still exists: then it left the
     /// selector rather than being deleted. One GET, made by the worker's sync
-    /// (its fallible step: a failure is retried with the key's backoff).
+    /// before it logs the onDelete (without an answer it logs a plain one).
     pub async fn left_selector(&self, pod: &Pod) -> Result<bool, kube::Error> {
         let Some(api) = self.lock().selector.clone() else { return Ok(false) };
         let namespace = pod.namespace().unwrap_or_default();
