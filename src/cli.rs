@@ -36,6 +36,12 @@ pub struct Args {
     #[arg(long)]
     pub skip_existing: bool,
 
+    /// List pods with paged LIST requests, never a streaming list (a watch
+    /// that sends the existing pods first; used by default, with a fallback to
+    /// paged LIST where the server refuses it)
+    #[arg(long)]
+    pub paged_list: bool,
+
     /// Log format: text for people, json (one object per line) for machines
     #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -259,6 +265,7 @@ mod tests {
             "--resync",
             "--workers",
             "--skip-existing",
+            "--paged-list",
             "--log-format",
             "--kubeconfig",
             "--context",

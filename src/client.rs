@@ -3,21 +3,45 @@
 //!
 //! Which configuration is used (controller-runtime's order):
 //! 1. `--kubeconfig PATH`;
-//! 2. `$KUBECONFIG` (a list of files, merged);
-//! 3. in a pod (`KUBERNETES_SERVICE_HOST` set): the pod's service account;
-//! 4. `~/.kube/config`.
+//! 2. `$KUBECONFIG`: a list of files, merged, the first to set a value wins;
+//!    as with kubectl, files that do not exist are skipped (one that exists
+//!    but cannot be read or parsed is an error naming that file);
+//! 3. in a pod (`KUBERNETES_SERVICE_HOST` set, `$KUBECONFIG` unset): the pod's
+//!    service account, if it loads;
+//! 4. `~/.kube/config` (also when every `$KUBECONFIG` file is missing, as
+//!    controller-runtime appends it to that list).
 //!
 //! `--context` picks a context of the kubeconfig; without it, its
 //! current-context.
+//!
+//! Nothing here waits forever: every request is bounded by [`READ_TIMEOUT`]
+//! (no answer at all for that long abandons it), and the start-up checks by
+//! [`STARTUP_TIMEOUT`], so a server that accepts connections and never
+//! answers is a clear error within seconds, not a hang.
 
 use std::error::Error as StdError;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::pod::Pod;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::runtime::watcher;
 use kube::{Api, Client, Config};
+
+/// How long any request may go without a byte from the server before it is
+/// abandoned: a LIST, the request that opens a watch, or an open watch. kube
+/// sets no read timeout, and a path that accepts and then drops everything (a
+/// stuck proxy or load balancer) would otherwise leave the logger deaf with
+/// green probes. An open watch is never silent that long on a healthy
+/// connection: the server closes it after informer::WATCH_TIMEOUT_SECS (50 s)
+/// with a bookmark just before, and the watcher re-opens it.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(54);
+
+/// The bound on each start-up check (GET /version, the selector check), so
+/// that a server that never answers is reported within 30 s. Also kube's
+/// connect timeout (TCP and TLS handshake) for every request.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One line for a watch error, with the server's own reason and a hint where
 /// we know the fix.
@@ -36,14 +60,33 @@ pub fn describe(error: &watcher::Error) -> String {
     };
     match error {
         kube::Error::Api(status) if status.code == 403 => format!(
-            "{doing} is forbidden: {} (grant get, list and watch on pods to this identity: see demo-controller.yaml)",
+            "{doing} is forbidden: {} (grant list and watch on pods to this identity: see demo-controller.yaml)",
             status.message
         ),
         kube::Error::Api(status) => {
             format!("{doing} failed: {} ({}, {})", status.message, status.reason, status.code)
         }
+        other if timed_out(other) => format!(
+            "{doing} failed: the API server did not answer in time (connect timeout {}s, read timeout {}s): the request is abandoned",
+            STARTUP_TIMEOUT.as_secs(),
+            READ_TIMEOUT.as_secs()
+        ),
         other => format!("{doing} failed: {}", chain(other)),
     }
+}
+
+/// Whether an error is our connect or read timeout firing (somewhere in its
+/// chain; layers of hyper and io errors wrap it).
+fn timed_out(error: &(dyn StdError + 'static)) -> bool {
+    let mut next: Option<&(dyn StdError + 'static)> = Some(error);
+    while let Some(e) = next {
+        if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut) {
+            return true;
+        }
+        next = e.source();
+    }
+    let text = chain(error);
+    text.contains("timed out") || text.contains("TimedOut")
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +95,14 @@ pub enum ClientError {
         "no kubeconfig found ($KUBECONFIG is unset and {0} does not exist) and not running in a pod: pass --kubeconfig PATH, or run `make demo` for a local cluster"
     )]
     NoConfig(String),
+    #[error(
+        "no kubeconfig found (no file named in $KUBECONFIG exists, nor {0}): pass --kubeconfig PATH or fix $KUBECONFIG"
+    )]
+    NoConfigInList(String),
+    #[error(
+        "KUBERNETES_SERVICE_HOST is set but the in-cluster config does not load ({reason}), and {home} does not exist: mount the pod's service-account token (automountServiceAccountToken), or pass --kubeconfig PATH"
+    )]
+    NoConfigInPod { home: String, reason: String },
     #[error("cannot read kubeconfig {path}: {reason}: pass an existing file with --kubeconfig or fix $KUBECONFIG")]
     ReadKubeconfig { path: String, reason: String },
     #[error("kubeconfig {path} is not a valid kubeconfig: {reason}")]
@@ -72,8 +123,16 @@ pub enum ClientError {
         "the API server at {url} rejected our credentials (401 Unauthorized): the token or client certificate is invalid or expired; refresh the credentials in your kubeconfig"
     )]
     Unauthorized { url: String },
+    #[error(
+        "the API server at {url} forbids GET /version to this identity (403 Forbidden: {message}): check the user in your kubeconfig, or grant it the system:public-info-viewer role"
+    )]
+    Forbidden { url: String, message: String },
     #[error("the server at {url} is not a Kubernetes API server: {reason}")]
     NotKubernetes { url: String, reason: String },
+    #[error(
+        "cannot reach the Kubernetes API server: checking --selector got no answer within {0}s, though GET /version was answered (is the server overloaded, or a proxy in the way?)"
+    )]
+    SelectorCheckTimedOut(u64),
     #[error("invalid --selector '{selector}': {reason}")]
     BadSelector { selector: String, reason: String },
 }
@@ -82,17 +141,33 @@ pub enum ClientError {
 /// so that a wrong address or credential fails at once with a reason instead
 /// of a watch that retries forever.
 pub async fn connect(kubeconfig: Option<PathBuf>, context: Option<String>) -> Result<Client, ClientError> {
-    let config = load(kubeconfig, context).await?;
+    let mut config = load(kubeconfig, context).await?;
     let url = config.cluster_url.to_string();
+    config.read_timeout = Some(READ_TIMEOUT);
+    // Count the read timeout from when a request is sent, not from when its
+    // pooled connection went idle.
+    config.reset_reader_on_write = true;
+    config.connect_timeout = Some(STARTUP_TIMEOUT);
     let client = Client::try_from(config).map_err(|e| ClientError::BadKubeconfig(chain(&e)))?;
-    match client.apiserver_version().await {
+    let Ok(answer) = tokio::time::timeout(STARTUP_TIMEOUT, client.apiserver_version()).await else {
+        return Err(no_answer(url));
+    };
+    match answer {
         Ok(_) => Ok(client),
         Err(kube::Error::Api(status)) if status.code == 401 => Err(ClientError::Unauthorized { url }),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            Err(ClientError::Forbidden { url, message: status.message.clone() })
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Err(ClientError::NotKubernetes {
+            url,
+            reason: "GET /version answered 404 Not Found (is the URL the API server's root, without a path?)".into(),
+        }),
         Err(kube::Error::Api(status)) => Err(ClientError::NotKubernetes {
             url,
             reason: format!("GET /version answered {} {}", status.code, status.message),
         }),
         Err(e @ kube::Error::SerdeError(_)) => Err(ClientError::NotKubernetes { url, reason: chain(&e) }),
+        Err(e) if timed_out(&e) => Err(no_answer(url)),
         Err(e) => {
             let reason = chain(&e);
             let hint = hint(&reason);
@@ -101,37 +176,55 @@ pub async fn connect(kubeconfig: Option<PathBuf>, context: Option<String>) -> Re
     }
 }
 
+fn no_answer(url: String) -> ClientError {
+    ClientError::Unreachable {
+        url,
+        reason: format!("no answer within {}s", STARTUP_TIMEOUT.as_secs()),
+        hint: " (something accepts connections there but does not answer: a stopped API server, a proxy or a firewall?)",
+    }
+}
+
 /// Lets the API server parse the label selector (it owns the grammar). A 403
 /// is not fatal here: permissions can be granted while we wait.
 pub async fn check_selector(api: &Api<Pod>, selector: &str) -> Result<(), ClientError> {
-    match api.list_metadata(&ListParams::default().labels(selector).limit(1)).await {
-        Err(kube::Error::Api(status)) if status.code == 400 => {
+    let params = ListParams::default().labels(selector).limit(1);
+    match tokio::time::timeout(STARTUP_TIMEOUT, api.list_metadata(&params)).await {
+        Err(_) => Err(ClientError::SelectorCheckTimedOut(STARTUP_TIMEOUT.as_secs())),
+        Ok(Err(kube::Error::Api(status))) if status.code == 400 => {
             Err(ClientError::BadSelector { selector: selector.to_string(), reason: status.message.clone() })
         }
-        _ => Ok(()),
+        Ok(_) => Ok(()),
     }
 }
 
 async fn load(path: Option<PathBuf>, context: Option<String>) -> Result<Config, ClientError> {
     let options = KubeConfigOptions { context: context.clone(), ..Default::default() };
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(".kube").join("config");
     let (kubeconfig, source) = if let Some(path) = path {
         (read(&path)?, path.display().to_string())
     } else if let Some(list) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
-        let source = list.to_string_lossy().into_owned();
-        let merged = Kubeconfig::from_env().map_err(|e| kubeconfig_error(e, &source))?;
-        (merged.unwrap_or_default(), source)
+        match read_list(&list)? {
+            Some(found) => found,
+            None if home.exists() => (read(&home)?, home.display().to_string()),
+            None => return Err(ClientError::NoConfigInList(home.display().to_string())),
+        }
     } else if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
         if context.is_some() {
             return Err(ClientError::ContextInCluster);
         }
-        return Config::incluster().map_err(|e| ClientError::InCluster(chain(&e)));
-    } else {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
-        let path = home.join(".kube").join("config");
-        if !path.exists() {
-            return Err(ClientError::NoConfig(path.display().to_string()));
+        match Config::incluster() {
+            Ok(config) => return Ok(config),
+            // controller-runtime falls back to the home kubeconfig.
+            Err(_) if home.exists() => (read(&home)?, home.display().to_string()),
+            Err(e) => {
+                return Err(ClientError::NoConfigInPod { home: home.display().to_string(), reason: chain(&e) });
+            }
         }
-        (read(&path)?, path.display().to_string())
+    } else {
+        if !home.exists() {
+            return Err(ClientError::NoConfig(home.display().to_string()));
+        }
+        (read(&home)?, home.display().to_string())
     };
     if let Some(name) = &context {
         if !kubeconfig.contexts.iter().any(|c| &c.name == name) {
@@ -145,7 +238,28 @@ async fn load(path: Option<PathBuf>, context: Option<String>) -> Result<Config, 
     Config::from_custom_kubeconfig(kubeconfig, &options).await.map_err(|e| kubeconfig_error(e, &source))
 }
 
-fn read(path: &std::path::Path) -> Result<Kubeconfig, ClientError> {
+/// The files of a `$KUBECONFIG` list that exist, merged in order (kubectl's
+/// rule: the first file to set a value wins), with the list of those used;
+/// `None` when none exists. An error names the one file at fault.
+fn read_list(list: &std::ffi::OsStr) -> Result<Option<(Kubeconfig, String)>, ClientError> {
+    let mut merged: Option<Kubeconfig> = None;
+    let mut used = Vec::new();
+    for path in std::env::split_paths(list).filter(|p| !p.as_os_str().is_empty()) {
+        if !path.exists() {
+            continue; // kubectl skips files that do not exist
+        }
+        let next = read(&path)?;
+        let source = path.display().to_string();
+        merged = Some(match merged {
+            None => next,
+            Some(before) => before.merge(next).map_err(|e| kubeconfig_error(e, &source))?,
+        });
+        used.push(source);
+    }
+    Ok(merged.map(|kubeconfig| (kubeconfig, used.join(":"))))
+}
+
+fn read(path: &Path) -> Result<Kubeconfig, ClientError> {
     Kubeconfig::read_from(path).map_err(|e| kubeconfig_error(e, &path.display().to_string()))
 }
 

@@ -16,7 +16,7 @@ use crate::faults::Faults;
 use crate::informer::{self, Cache};
 use crate::key::Key;
 use crate::queue::Queue;
-use crate::worker::Worker;
+use crate::worker::{SyncError, Worker};
 use crate::{metrics, probes};
 
 /// A key that fails this many syncs in a row is dropped (client-go's
@@ -58,9 +58,10 @@ pub struct Controller {
 }
 
 impl Controller {
-    pub fn new(api: Api<Pod>, watch: watcher::Config, settings: Settings) -> Arc<Controller> {
+    pub fn new(api: Api<Pod>, watch: watcher::Config, mut settings: Settings) -> Arc<Controller> {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), settings.skip_existing);
+        let faults = std::mem::take(&mut settings.faults);
+        let worker = Worker::new(cache.clone(), settings.skip_existing, faults);
         Arc::new(Controller { api, watch, cache, queue: Queue::new("pods"), worker, settings })
     }
 
@@ -129,7 +130,7 @@ impl Controller {
             Stopped::Drained
         } else {
             // Stop the workers at their next await. That is never between two
-            // lines of one key (worker.sync does not await), and it means no
+            // lines of one key (worker.sync awaits only before its first line), and it means no
             // line follows this last one.
             workers.shutdown().await;
             let left = self.queue.len() + self.queue.in_flight().len();
@@ -201,11 +202,9 @@ impl Controller {
         true
     }
 
-    /// syncHandler: the worker's decision for one key (see worker.rs).
+    /// syncHandler: the worker's read -> act -> commit for one key (see worker.rs).
     async fn sync_handler(&self, key: &Key) -> Result<(), SyncError> {
-        self.settings.faults.inject(key).await?;
-        self.worker.sync(key);
-        Ok(())
+        self.worker.sync(key).await.map(drop)
     }
 }
 
@@ -218,13 +217,6 @@ pub fn resync_timer(period: Duration) -> tokio::time::Interval {
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker
-}
-
-/// Why a sync failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    #[error(transparent)]
-    Injected(#[from] crate::faults::Injected),
 }
 
 #[cfg(test)]

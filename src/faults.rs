@@ -5,10 +5,12 @@
 //!
 //! It is inert unless the environment variable `DEMO_CONTROLLER_FAULTS` is
 //! set, e.g. `fail=default/kuard,stall=default/slow@5s,slow=2ms`:
-//! - `fail=NS/NAME`: every sync of that key fails;
+//! - `fail=NS/NAME`: every sync of that key fails (after its read, before
+//!   its commit: see worker.rs);
 //! - `stall=NS/NAME[@DURATION]`: the first sync of that key hangs for that
-//!   long (an hour without `@`);
-//! - `slow=DURATION`: every sync takes that much longer (a backlog builds up).
+//!   long (an hour without `@`) before it reads the cache;
+//! - `slow=DURATION`: every sync takes that much longer before it reads the
+//!   cache (a backlog builds up).
 //!
 //! It is a runtime switch rather than a cargo feature so the tests exercise
 //! the very binary that ships.
@@ -22,8 +24,8 @@ use crate::key::Key;
 pub const ENV: &str = "DEMO_CONTROLLER_FAULTS";
 
 /// A failure this seam made on purpose. It is its own type (not the
-/// controller's `SyncError`) so that this module depends on nothing but the
-/// key, and the controller wraps it like any other reason a sync can fail.
+/// worker's `SyncError`) so that this module depends on nothing but the key,
+/// and the worker wraps it like any other reason a sync can fail.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct Injected(String);
@@ -44,7 +46,7 @@ impl Faults {
         }
     }
 
-    fn parse(spec: &str) -> Result<Faults, String> {
+    pub fn parse(spec: &str) -> Result<Faults, String> {
         let mut faults = Faults::default();
         let duration = |item: &str, text: &str| {
             humantime::parse_duration(text).map_err(|e| format!("{ENV}: cannot parse '{item}': {e}"))
@@ -70,19 +72,28 @@ impl Faults {
         Ok(faults)
     }
 
-    /// Called at the start of every sync; a no-op unless faults were asked for.
-    pub async fn inject(&self, key: &Key) -> Result<(), Injected> {
+    /// Time a sync spends before it reads the cache (`slow`, `stall`): a busy
+    /// worker. Changes that land meanwhile are in what it reads.
+    pub async fn delay(&self, key: &Key) {
         if let Some(time) = self.slow {
             tokio::time::sleep(time).await;
         }
-        if self.fail.is_empty() && self.stall.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
-            return Ok(());
-        }
-        let key = key.to_string();
-        let stall = self.stall.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        let stall = {
+            let mut stall = self.stall.lock().unwrap_or_else(|p| p.into_inner());
+            if stall.is_empty() { None } else { stall.remove(&key.to_string()) }
+        };
         if let Some(time) = stall {
             tokio::time::sleep(time).await;
         }
+    }
+
+    /// The fallible step of a sync (`fail`), which worker.rs runs between its
+    /// read and its commit.
+    pub fn act(&self, key: &Key) -> Result<(), Injected> {
+        if self.fail.is_empty() {
+            return Ok(());
+        }
+        let key = key.to_string();
         if self.fail.contains(&key) {
             return Err(Injected(format!("injected failure for {key} ({ENV})")));
         }
@@ -102,19 +113,19 @@ mod tests {
     async fn a_failing_key_fails_and_others_pass() {
         let faults = Faults::parse("fail=ns/bad").unwrap();
         assert_eq!(
-            faults.inject(&key("bad")).await.unwrap_err().to_string(),
+            faults.act(&key("bad")).unwrap_err().to_string(),
             "injected failure for ns/bad (DEMO_CONTROLLER_FAULTS)"
         );
-        assert!(faults.inject(&key("good")).await.is_ok());
+        assert!(faults.act(&key("good")).is_ok());
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_stall_holds_the_first_sync_only() {
         let faults = Faults::parse("stall=ns/slow@5s").unwrap();
         let start = tokio::time::Instant::now();
-        faults.inject(&key("slow")).await.unwrap();
+        faults.delay(&key("slow")).await;
         assert_eq!(start.elapsed(), Duration::from_secs(5));
-        faults.inject(&key("slow")).await.unwrap();
+        faults.delay(&key("slow")).await;
         assert_eq!(start.elapsed(), Duration::from_secs(5));
     }
 
@@ -122,8 +133,8 @@ mod tests {
     async fn slow_delays_every_sync() {
         let faults = Faults::parse("slow=2ms").unwrap();
         let start = tokio::time::Instant::now();
-        faults.inject(&key("a")).await.unwrap();
-        faults.inject(&key("b")).await.unwrap();
+        faults.delay(&key("a")).await;
+        faults.delay(&key("b")).await;
         assert_eq!(start.elapsed(), Duration::from_millis(4));
     }
 

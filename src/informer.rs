@@ -15,15 +15,25 @@ use std::time::Duration;
 
 use crate::pod::Pod;
 use futures::StreamExt;
+use kube::api::ListParams;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::{self, Event, InitialListStrategy};
 use kube::{Api, ResourceExt};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::key::Key;
 use crate::queue::Queue;
 use crate::{metrics, probes};
+
+/// How long the API server keeps one watch request open (`timeoutSeconds`).
+/// It sends a bookmark about 2 s before it closes the watch, and the watcher
+/// then re-opens it from the last resourceVersion (no relist). So on a healthy
+/// connection no more than about 50 s pass without a byte, which is what lets
+/// the client's read timeout (client::READ_TIMEOUT, 54 s) tell a silent,
+/// dead path from a quiet cluster.
+pub const WATCH_TIMEOUT_SECS: u32 = 50;
 
 /// The cache: kube's reflector `Store` plus the two things a store forgets.
 pub struct Cache {
@@ -41,29 +51,69 @@ struct Inner {
     /// Delete event, or found missing after a relist (client-go hands the
     /// latter to OnDelete as `DeletedFinalStateUnknown`). They let the worker
     /// log a pod that was created and deleted before it got to the key.
-    tombstones: HashMap<Key, Vec<Arc<Pod>>>,
+    /// Removed only by [`Cache::commit`], once the worker's sync succeeded.
+    tombstones: HashMap<Key, Vec<Tombstone>>,
     /// UIDs of the pods in the first full list, so their onAdd can say so
-    /// (and `--skip-existing` can leave them out). Drained as they are logged.
+    /// (and `--skip-existing` can leave them out). Each is removed when the
+    /// sync that logged that pod (alive, or from its tombstone) commits.
     initial: HashSet<String>,
+    /// With a label selector: the API to ask whether a pod that the watch
+    /// reported DELETED still exists (it then left the selector).
+    selector: Option<Api<Pod>>,
     synced: bool,
 }
 
-/// What a worker sees for one key, taken in one consistent moment.
+/// The last state of a pod that left the cache.
+#[derive(Clone, Debug)]
+pub struct Tombstone {
+    pub pod: Arc<Pod>,
+    /// A DELETED event while a label selector is in use: the pod was deleted
+    /// *or* its labels stopped matching, and the event cannot tell which (see
+    /// [`Cache::apply`]); [`Cache::left_selector`] asks the server.
+    pub ask_why: bool,
+}
+
+/// What a worker sees for one key, taken in one consistent moment. Reading it
+/// changes nothing: the sync hands it back to [`Cache::commit`] once it
+/// succeeded, so a failed sync is retried with nothing lost.
 pub struct Snapshot {
     pub current: Option<Arc<Pod>>,
-    pub tombstones: Vec<Arc<Pod>>,
-    pub initial: bool,
+    pub tombstones: Vec<Tombstone>,
+    /// Which of the pods above (current or tombstones) came in the first list.
+    pub initial: HashSet<String>,
 }
 
 impl Cache {
     pub fn new() -> Arc<Cache> {
         let (store, writer) = reflector::store();
-        let inner = Inner { writer, tombstones: HashMap::new(), initial: HashSet::new(), synced: false };
+        let inner =
+            Inner { writer, tombstones: HashMap::new(), initial: HashSet::new(), selector: None, synced: false };
         Arc::new(Cache { store, inner: Mutex::new(inner) })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether the watch uses a label selector; `api` (not filtered by it)
+    /// answers what became of a pod reported DELETED.
+    pub fn set_selector(&self, api: Option<Api<Pod>>) {
+        self.lock().selector = api;
+    }
+
+    /// Whether the pod of a DELETED event still exists: then it left the
+    /// selector rather than being deleted. One LIST of that name, made by the worker's sync
+    /// before it logs the onDelete (without an answer it logs a plain one).
+    pub async fn left_selector(&self, pod: &Pod) -> Result<bool, kube::Error> {
+        let Some(api) = self.lock().selector.clone() else { return Ok(false) };
+        let namespace = pod.namespace().unwrap_or_default();
+        let api = Api::<Pod>::namespaced(api.into_client(), &namespace);
+        // A LIST narrowed to the one name, not a GET: the same answer, and it
+        // needs only the `list` verb the informer already has, so the
+        // manifest's RBAC stays list + watch.
+        let by_name = ListParams::default().fields(&format!("metadata.name={}", pod.name_any()));
+        let now = api.list_metadata(&by_name).await?;
+        Ok(now.items.iter().any(|now| now.uid() == pod.uid()))
     }
 
     /// The event handlers: apply one watcher event to the store and return the
@@ -76,9 +126,16 @@ impl Cache {
                 inner.writer.apply_watcher_event(&event);
                 vec![Key::of(pod)]
             }
+            // A DELETED event. With a label selector the server sends one too
+            // when a pod's labels stop matching, and (measured against
+            // kube-apiserver 1.35) its object is the pod as it was *before*
+            // the change, old labels and all, only with the new
+            // resourceVersion: nothing in it tells the two cases apart.
             Event::Delete(pod) => {
                 inner.writer.apply_watcher_event(&event);
-                inner.tombstones.entry(Key::of(pod)).or_default().push(Arc::new(pod.clone()));
+                let ask_why = inner.selector.is_some();
+                let tombstone = Tombstone { pod: Arc::new(pod.clone()), ask_why };
+                inner.tombstones.entry(Key::of(pod)).or_default().push(tombstone);
                 vec![Key::of(pod)]
             }
             // A (re)list is starting, or a page of it arrived. The store only
@@ -94,11 +151,12 @@ impl Cache {
                 let now: HashMap<Key, Option<String>> =
                     self.store.state().iter().map(|pod| (Key::of(pod), pod.uid())).collect();
                 // Pods we knew that the new list lacks (or holds under a new
-                // UID) were deleted while we were not watching: tombstones.
+                // UID) were deleted (or left the selector: a list cannot tell)
+                // while we were not watching: tombstones.
                 for old in before {
                     let key = Key::of(&old);
                     if now.get(&key) != Some(&old.uid()) {
-                        inner.tombstones.entry(key).or_default().push(old);
+                        inner.tombstones.entry(key).or_default().push(Tombstone { pod: old, ask_why: false });
                     }
                 }
                 metrics::relisted();
@@ -113,17 +171,41 @@ impl Cache {
         }
     }
 
-    /// Everything the worker needs for `key`; takes (consumes) the key's
-    /// tombstones and initial-list mark.
+    /// Everything the worker needs for `key`. Takes nothing: see [`commit`].
+    ///
+    /// [`commit`]: Cache::commit
     pub fn read(&self, key: &Key) -> Snapshot {
-        let mut inner = self.lock();
+        let inner = self.lock();
         let current = self.store.get(&ObjectRef::new(&key.name).within(&key.namespace));
-        let tombstones = inner.tombstones.remove(key).unwrap_or_default();
-        let initial = match current.as_ref().and_then(|pod| pod.uid()) {
-            Some(uid) => inner.initial.remove(&uid),
-            None => false,
-        };
+        let tombstones = inner.tombstones.get(key).cloned().unwrap_or_default();
+        // A pod of the first list stays marked until the sync that logs it
+        // commits, whether it is still here or already a tombstone.
+        let uids = current.iter().chain(tombstones.iter().map(|t| &t.pod)).filter_map(|p| p.uid());
+        let initial = uids.filter(|uid| inner.initial.contains(uid)).collect();
         Snapshot { current, tombstones, initial }
+    }
+
+    /// The sync of `snapshot` succeeded: forget the tombstones and initial
+    /// marks it logged. Tombstones that arrived after the read stay (their
+    /// event queued the key again).
+    pub fn commit(&self, key: &Key, snapshot: &Snapshot) {
+        let mut inner = self.lock();
+        if let Some(stones) = inner.tombstones.get_mut(key) {
+            stones.drain(..snapshot.tombstones.len().min(stones.len()));
+            if stones.is_empty() {
+                inner.tombstones.remove(key);
+            }
+        }
+        for uid in &snapshot.initial {
+            inner.initial.remove(uid);
+        }
+    }
+
+    /// How many tombstones and initial-list marks are held (tests check that
+    /// nothing is left behind).
+    pub fn held(&self) -> (usize, usize) {
+        let inner = self.lock();
+        (inner.tombstones.values().map(Vec::len).sum(), inner.initial.len())
     }
 
     /// The store's read handle: for WaitForCacheSync, resync and counting.
@@ -136,71 +218,154 @@ impl Cache {
 /// every changed key to the queue.
 ///
 /// A watch error never ends the program: it is logged with the server's
-/// reason and retried. We back off ourselves, because kube's
-/// `default_backoff()` resets on every `Ok` and the watcher yields `Ok(Init)`
-/// before each list attempt, so a LIST that keeps failing (a 403, say) would
-/// be retried about once a second forever.
+/// reason and retried after the reconnect backoff ([`Backoff`]). We back off
+/// ourselves, because kube's `default_backoff()` resets on every `Ok` and the
+/// watcher yields `Ok(Init)` before each list attempt, so a LIST that keeps
+/// failing (a 403, say) would be retried about once a second forever.
+///
+/// Streaming or paged: kube 5 asks for a streaming list at resourceVersion
+/// "0" ("any freshness"), so the server answers from its watch cache, which
+/// can lag etcd by milliseconds; a paged LIST (kube's default `MostRecent`)
+/// is a consistent read. A pod created just before start-up can so miss the
+/// first streaming list and arrive as an event a moment later (a plain
+/// onAdd, not `initial_list=true`). `--paged-list` trades speed for that.
+///
+/// Two answers are not errors: a 410 Gone (the server compacted the history
+/// our watch resumes from; the watcher relists at once, as client-go does),
+/// and a server that refuses streaming lists (we fall back to a paged LIST,
+/// once, and keep that mode).
 pub async fn run(
     api: Api<Pod>,
-    config: watcher::Config,
+    mut config: watcher::Config,
     cache: Arc<Cache>,
     queue: Arc<Queue<Key>>,
     shutdown: CancellationToken,
 ) {
     let _running = probes::watch_running(); // for /healthz, until we return
-    let mut events = std::pin::pin!(watcher::watcher(api, config));
+    config = config.timeout(WATCH_TIMEOUT_SECS);
+    cache.set_selector(config.label_selector.is_some().then(|| api.clone()));
     let mut backoff = Backoff::default();
     loop {
-        let next = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            next = events.next() => next,
-        };
-        match next {
-            Some(Ok(event)) => {
-                // Only real progress proves the server works again.
-                if matches!(event, Event::Apply(_) | Event::Delete(_) | Event::InitDone) {
-                    backoff.reset();
-                    probes::watch_error(None);
+        let streaming = config.initial_list_strategy == InitialListStrategy::StreamingList;
+        let mut events = std::pin::pin!(watcher::watcher(api.clone(), config.clone()));
+        loop {
+            let next = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                next = events.next() => next,
+            };
+            match next {
+                Some(Ok(event)) => {
+                    if matches!(event, Event::Apply(_) | Event::Delete(_) | Event::InitDone) {
+                        probes::watch_error(None);
+                    }
+                    queue.add_all(cache.apply(event));
+                    metrics::cache_pods(cache.store().len());
                 }
-                queue.add_all(cache.apply(event));
-                metrics::cache_pods(cache.store().len());
-            }
-            Some(Err(error)) => {
-                let (delay, reason) = (backoff.next_delay(), crate::client::describe(&error));
-                warn!(retry_in = ?delay, "watch failed: {reason}; retrying in {delay:?}");
-                metrics::watch_error();
-                probes::watch_error(Some(reason));
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(delay) => {}
+                Some(Err(error)) if streaming && refuses_streaming_lists(&error) => {
+                    info!(
+                        "the API server does not serve streaming lists ({}): using a paged LIST instead",
+                        crate::client::describe(&error)
+                    );
+                    config.initial_list_strategy = InitialListStrategy::ListWatch;
+                    break; // a new watcher, in the other mode
                 }
-            }
-            None => {
-                debug!("watch stream ended");
-                return;
+                Some(Err(error)) if expired(&error) => {
+                    // Routine: etcd compacts its history (every 5 minutes by
+                    // default) and a watch resuming from before that point is
+                    // told 410 Gone. The watcher relists right away.
+                    info!("the watch expired (410 Gone: its resourceVersion was compacted away); relisting");
+                }
+                Some(Err(error)) => {
+                    let delay = backoff.next_delay(Instant::now(), random_fraction());
+                    let reason = crate::client::describe(&error);
+                    warn!(retry_in = ?delay, "watch failed: {reason}; retrying in {delay:?}");
+                    metrics::watch_error();
+                    probes::watch_error(Some(reason));
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+                None => {
+                    debug!("watch stream ended");
+                    return;
+                }
             }
         }
     }
 }
 
-/// client-go's reflector backoff: 800 ms doubling up to 30 s.
-struct Backoff(Duration);
+/// A 410 Gone: the resourceVersion the watch resumes from is no longer held.
+fn expired(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::WatchError(status) => status.code == 410,
+        watcher::Error::WatchFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status.code == 410,
+        _ => false,
+    }
+}
+
+/// A server with the WatchList feature off answers a watch that asks for
+/// `sendInitialEvents` with 422 Invalid ("sendInitialEvents is forbidden for
+/// watch unless the WatchList feature gate is enabled"); older ones with 400.
+fn refuses_streaming_lists(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        if status.code == 422 || status.code == 400 || status.message.contains("sendInitialEvents"))
+}
+
+/// The watch's reconnect backoff: how long to wait before re-listing or
+/// re-watching after the API server failed us. (Not to be confused with the
+/// queue's per-key retry backoff in queue.rs, 5 ms .. 1000 s, which spaces the
+/// retries of one key whose sync failed.)
+///
+/// client-go's reflector rule: 800 ms, doubling up to 30 s, each delay
+/// stretched by a random part (up to +50% here) so many replicas that lost the
+/// same server do not come back in lockstep; and the schedule starts over
+/// after [`Backoff::QUIET`] without a failure. A reset on the next event alone
+/// would not do: a quiet cluster has no events, so one outage would leave the
+/// next blip waiting 30 s; and a server that drops us after every event would
+/// be retried every 800 ms.
+#[derive(Debug)]
+pub struct Backoff {
+    next: Duration,
+    /// When the last retry was due: the quiet period counts from there.
+    last_retry: Option<Instant>,
+}
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff(Duration::from_millis(800))
+        Backoff { next: Backoff::INITIAL, last_retry: None }
     }
 }
 
 impl Backoff {
-    fn next_delay(&mut self) -> Duration {
-        let delay = self.0;
-        self.0 = (self.0 * 2).min(Duration::from_secs(30));
+    pub const INITIAL: Duration = Duration::from_millis(800);
+    pub const MAX: Duration = Duration::from_secs(30);
+    /// client-go's reflector resets its backoff after 2 minutes without one.
+    pub const QUIET: Duration = Duration::from_secs(120);
+    /// A delay is stretched by up to this fraction of itself.
+    pub const JITTER: f64 = 0.5;
+
+    /// The delay before the next retry, for a failure at `now`; `random` is in
+    /// [0, 1) and picks the jitter (passed in so tests can choose it).
+    pub fn next_delay(&mut self, now: Instant, random: f64) -> Duration {
+        if self.last_retry.is_some_and(|t| now.saturating_duration_since(t) >= Backoff::QUIET) {
+            self.next = Backoff::INITIAL;
+        }
+        let base = self.next;
+        self.next = (base * 2).min(Backoff::MAX);
+        let delay = base.mul_f64(1.0 + Backoff::JITTER * random.clamp(0.0, 1.0));
+        self.last_retry = Some(now + delay);
         delay
     }
-    fn reset(&mut self) {
-        *self = Backoff::default();
-    }
+}
+
+/// A number in [0, 1) without a crate: std's `RandomState` is seeded from the
+/// OS and gives each new instance fresh keys.
+fn random_fraction() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let bits = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]
@@ -240,8 +405,9 @@ pub(crate) mod tests {
         assert_eq!(cache.apply(Event::InitDone), vec![key("a", "p")]);
         let snap = cache.read(&key("a", "p"));
         assert!(snap.current.is_some());
-        assert!(snap.initial, "pods of the first list are marked initial");
-        assert!(!cache.read(&key("a", "p")).initial, "the mark is taken once");
+        assert_eq!(snap.initial, HashSet::from(["u1".to_string()]), "pods of the first list are marked initial");
+        cache.commit(&key("a", "p"), &snap);
+        assert!(cache.read(&key("a", "p")).initial.is_empty(), "the mark is taken once logged");
     }
 
     #[test]
@@ -263,12 +429,12 @@ pub(crate) mod tests {
         let gone = cache.read(&key("a", "gone"));
         assert!(gone.current.is_none());
         assert_eq!(gone.tombstones.len(), 1);
-        assert_eq!(gone.tombstones[0].uid().as_deref(), Some("u1"));
+        assert_eq!(gone.tombstones[0].pod.uid().as_deref(), Some("u1"));
         let recreated = cache.read(&key("a", "recreated"));
         assert_eq!(recreated.current.and_then(|p| p.uid()).as_deref(), Some("u4"));
-        assert_eq!(recreated.tombstones[0].uid().as_deref(), Some("u3"));
+        assert_eq!(recreated.tombstones[0].pod.uid().as_deref(), Some("u3"));
         assert!(cache.read(&key("a", "kept")).tombstones.is_empty());
-        assert!(!recreated.initial, "a pod from a later relist is not from the initial list");
+        assert!(!recreated.initial.contains("u4"), "a pod from a later relist is not from the initial list");
     }
 
     #[test]
@@ -280,16 +446,74 @@ pub(crate) mod tests {
         assert_eq!(cache.apply(Event::Delete(pod("a", "p", "u1", "3"))), vec![key("a", "p")]);
         let snap = cache.read(&key("a", "p"));
         assert!(snap.current.is_none());
-        assert_eq!(snap.tombstones[0].resource_version().as_deref(), Some("3"));
-        assert!(cache.read(&key("a", "p")).tombstones.is_empty(), "tombstones are taken once");
+        assert_eq!(snap.tombstones[0].pod.resource_version().as_deref(), Some("3"));
+        assert_eq!(cache.read(&key("a", "p")).tombstones.len(), 1, "reading takes nothing");
+        cache.commit(&key("a", "p"), &snap);
+        assert!(cache.read(&key("a", "p")).tombstones.is_empty(), "a commit takes the tombstones read");
     }
 
     #[test]
-    fn backoff_grows_to_30s_and_resets() {
+    fn backoff_doubles_to_30s_with_jitter() {
         let mut b = Backoff::default();
-        let delays: Vec<u64> = (0..8).map(|_| b.next_delay().as_millis() as u64).collect();
+        let t0 = Instant::now();
+        // No jitter (random = 0): client-go's schedule.
+        let delays: Vec<u64> =
+            (0..8).map(|i| b.next_delay(t0 + Duration::from_secs(i), 0.0).as_millis() as u64).collect();
         assert_eq!(delays, vec![800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);
-        b.reset();
-        assert_eq!(b.next_delay(), Duration::from_millis(800));
+        // The most jitter stretches a delay by half.
+        let mut b = Backoff::default();
+        assert_eq!(b.next_delay(t0, 0.999_999).as_millis(), 1199);
+        assert_eq!(b.next_delay(t0, 0.5), Duration::from_millis(2000));
+        assert!((0..1000).map(|_| random_fraction()).all(|r| (0.0..1.0).contains(&r)));
+        let spread: HashSet<u64> = (0..100).map(|_| (random_fraction() * 1000.0) as u64).collect();
+        assert!(spread.len() > 50, "jitter must differ between calls");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn backoff_starts_over_after_two_quiet_minutes() {
+        let mut b = Backoff::default();
+        // An outage: six failures in a row, each retried after its delay.
+        let mut before = Vec::new();
+        for _ in 0..6 {
+            let d = b.next_delay(Instant::now(), 0.0);
+            before.push(d.as_millis() as u64);
+            tokio::time::advance(d).await;
+        }
+        assert_eq!(before, vec![800, 1600, 3200, 6400, 12800, 25600]);
+        // A failure 119 s after the last retry still counts as the same outage...
+        tokio::time::advance(Duration::from_secs(119)).await;
+        assert_eq!(b.next_delay(Instant::now(), 0.0), Duration::from_secs(30));
+        // ... but after two quiet minutes the schedule starts over.
+        tokio::time::advance(Duration::from_secs(30 + 120)).await;
+        assert_eq!(b.next_delay(Instant::now(), 0.0), Duration::from_millis(800));
+    }
+
+    #[test]
+    fn an_initial_pod_deleted_before_its_sync_keeps_its_mark_until_commit() {
+        let cache = Cache::new();
+        cache.apply(Event::Init);
+        cache.apply(Event::InitApply(pod("a", "p", "u1", "1")));
+        cache.apply(Event::InitDone);
+        cache.apply(Event::Delete(pod("a", "p", "u1", "2")));
+        cache.apply(Event::Apply(pod("a", "p", "u2", "3"))); // replaced under the same name
+        let snap = cache.read(&key("a", "p"));
+        assert_eq!(snap.initial, HashSet::from(["u1".to_string()]));
+        assert_eq!(cache.read(&key("a", "p")).initial.len(), 1, "reading takes nothing");
+        cache.commit(&key("a", "p"), &snap);
+        assert_eq!(cache.held(), (0, 0), "nothing of it stays in memory");
+    }
+
+    #[test]
+    fn commit_keeps_tombstones_that_arrived_after_the_read() {
+        let cache = Cache::new();
+        cache.apply(Event::Init);
+        cache.apply(Event::InitDone);
+        cache.apply(Event::Delete(pod("a", "p", "u1", "2")));
+        let snap = cache.read(&key("a", "p"));
+        cache.apply(Event::Delete(pod("a", "p", "u2", "5")));
+        cache.commit(&key("a", "p"), &snap);
+        let left = cache.read(&key("a", "p"));
+        assert_eq!(left.tombstones.len(), 1);
+        assert_eq!(left.tombstones[0].pod.uid().as_deref(), Some("u2"));
     }
 }

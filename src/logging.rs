@@ -6,14 +6,21 @@ use crate::cli::LogFormat;
 
 /// Logs go to stdout. `RUST_LOG` overrides the default: our own lines at info
 /// and the libraries' at warn, so the lesson is not drowned in HTTP chatter.
+/// Two library sources are quieter still, because we log the same problem
+/// ourselves, in one line with the fix: kube-client's HTTP trace layer (an
+/// error line per failed request) and kube-runtime's watcher (a Debug dump of
+/// every 403 at warn).
 ///
 /// A background thread does the writing, so a worker never waits on a slow
 /// terminal or log pipe. It is not lossy: when its buffer is full, logging
 /// waits rather than drops a line.
+pub const DEFAULT_FILTER: &str =
+    "warn,demo_controller=info,kube_client::client::builder=off,kube_runtime::watcher=error";
+
 pub fn init(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     let (stdout, guard) =
         tracing_appender::non_blocking::NonBlockingBuilder::default().lossy(false).finish(std::io::stdout());
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,demo_controller=info"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     // Colours only for a terminal: in a pipe or a log file they are noise.
     let colours = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let builder =

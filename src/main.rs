@@ -61,6 +61,9 @@ async fn run(args: Args, shutdown: CancellationToken) -> ExitCode {
         None => Api::all(client),
     };
     let mut watch = watcher::Config::default();
+    if !args.paged_list {
+        watch = watch.streaming_lists(); // informer.rs falls back if refused
+    }
     if let Some(selector) = &args.selector {
         if let Err(err) = client::check_selector(&api, selector).await {
             return fatal(err);

@@ -73,10 +73,14 @@ impl Drop for WatchRunning {
 
 /// `Ok(reason)` when ready, `Err(reason)` when not.
 pub fn readiness() -> Result<String, String> {
-    if STATE.synced.load(Ordering::SeqCst) {
-        return Ok("ok: cache synced".into());
-    }
     let last = STATE.last_watch_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if STATE.synced.load(Ordering::SeqCst) {
+        // Still ready: the cache is served, and the watch retries by itself.
+        return Ok(match last {
+            Some(error) => format!("ok: cache synced; the watch failed and no event came since: {error}"),
+            None => "ok: cache synced".into(),
+        });
+    }
     Err(match last {
         Some(error) => format!("cache not synced: the first list of pods has not succeeded yet: {error}"),
         None => "cache not synced: waiting for the first list of pods".into(),

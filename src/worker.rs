@@ -9,8 +9,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
+use crate::faults::Faults;
 use crate::informer::Cache;
 use crate::key::Key;
 use crate::pod::PodState;
@@ -62,6 +63,27 @@ pub fn decide(last: Option<&PodState>, tombstones: &[PodState], current: Option<
     changes
 }
 
+/// One change as the sync logged it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Line {
+    pub change: Change,
+    /// The pod came in the first list (`initial_list=true`).
+    pub initial: bool,
+    /// Why, when the event's kind alone would mislead (see [`log`]).
+    pub reason: Option<&'static str>,
+    /// False when `--skip-existing` left it out.
+    pub shown: bool,
+}
+
+/// Why a sync failed. It lives here, beside the sync that returns it; the
+/// controller only decides what to do about it (retry with backoff or drop).
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// The test seam made it fail (see faults.rs).
+    #[error(transparent)]
+    Injected(#[from] crate::faults::Injected),
+}
+
 /// The syncHandler's state: the cache to read and what was last logged.
 pub struct Worker {
     cache: Arc<Cache>,
@@ -69,69 +91,186 @@ pub struct Worker {
     /// key at once (the queue guarantees that), so a plain std mutex held for
     /// a lookup is all the coordination needed.
     last: Mutex<HashMap<Key, PodState>>,
+    /// Pods we logged as having left the selector, so that their return says
+    /// "now matches the selector" rather than looking like a new pod.
+    left: Mutex<LeftSelector>,
     skip_existing: bool,
+    /// The test seam: the step of a sync that can fail (inert in normal runs).
+    faults: Faults,
 }
 
 impl Worker {
-    pub fn new(cache: Arc<Cache>, skip_existing: bool) -> Worker {
-        Worker { cache, last: Mutex::new(HashMap::new()), skip_existing }
+    pub fn new(cache: Arc<Cache>, skip_existing: bool, faults: Faults) -> Worker {
+        Worker {
+            cache,
+            last: Mutex::new(HashMap::new()),
+            left: Mutex::new(LeftSelector::default()),
+            skip_existing,
+            faults,
+        }
     }
 
     /// client-go's syncHandler: bring the log up to date for `key`. Returns
-    /// what it logged (tests read it).
-    pub fn sync(&self, key: &Key) -> Vec<Change> {
+    /// every change it found, and how each was logged (tests read it).
+    ///
+    /// Its shape is the one to copy: **read, act, commit**. It reads the cache
+    /// and what it last saw without taking anything; it acts (the step that
+    /// can fail: here the test seam, in a real controller a call to another
+    /// system); and only once that succeeded does it commit: take the key's
+    /// tombstones and initial-list marks and remember what it saw. A failed
+    /// sync so leaves everything where it was, and the retry sees it all again
+    /// (a delete taken before a failure would be lost for good).
+    pub async fn sync(&self, key: &Key) -> Result<Vec<Line>, SyncError> {
+        // (The test seam's slow or stalled worker: time passes before the read.)
+        self.faults.delay(key).await;
+        // 1. Read.
         let snapshot = self.cache.read(key);
-        let mut last = self.last.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let last = self.lock_last().get(key).cloned();
         // The common case of a resync: the same pod at the same resourceVersion
         // and nothing deleted meanwhile. Say so before allocating anything.
         if snapshot.tombstones.is_empty()
-            && let (Some(pod), Some(seen)) = (&snapshot.current, last.get(key))
+            && let (Some(pod), Some(seen)) = (&snapshot.current, &last)
             && pod.metadata.uid.as_deref() == Some(seen.uid.as_str())
             && pod.metadata.resource_version.as_deref() == Some(seen.resource_version.as_str())
         {
             debug!(%key, "no change (resync or a merged add+delete already logged)");
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let current = snapshot.current.as_deref().map(PodState::of);
-        let tombstones: Vec<PodState> = snapshot.tombstones.iter().map(|p| PodState::of(p)).collect();
-        // Only the pod in the cache now can be one from the initial list.
-        let initial_uid = current.as_ref().filter(|_| snapshot.initial).map(|p| p.uid.clone());
-        let changes = decide(last.get(key), &tombstones, current.as_ref());
+        let tombstones: Vec<PodState> = snapshot.tombstones.iter().map(|t| PodState::of(&t.pod)).collect();
+        let changes = decide(last.as_ref(), &tombstones, current.as_ref());
+
+        // 2. Act. Nothing is logged before the step that can fail succeeds,
+        //    so a retry never repeats a line.
+        self.faults.act(key)?;
+        // With a selector, a DELETED event may mean the pod was relabelled
+        // out of it: ask the server, for the deletes we are about to log.
+        let mut left = Vec::new();
+        for t in snapshot.tombstones.iter().filter(|t| t.ask_why) {
+            let uid = t.pod.metadata.uid.as_deref().unwrap_or_default();
+            let logged = changes.iter().any(|c| matches!(c, Change::Delete(p) if p.uid == uid));
+            if !logged {
+                continue;
+            }
+            // Not worth failing the sync for: without an answer the line is a
+            // plain onDelete, which is what a relist would give too.
+            match self.cache.left_selector(&t.pod).await {
+                Ok(true) => left.push((uid, t.pod.metadata.resource_version.as_deref().unwrap_or_default())),
+                Ok(false) => {}
+                Err(e) => {
+                    warn!(%key, "cannot tell whether {key} was deleted or left the selector ({e}): a plain onDelete follows")
+                }
+            }
+        }
+        if changes.is_empty() {
+            debug!(%key, "no change (resync or a merged add+delete already logged)");
+        }
+        let mut lines = Vec::with_capacity(changes.len());
+        for change in changes {
+            let reason = match &change {
+                Change::Delete(p) if left.contains(&(p.uid.as_str(), p.resource_version.as_str())) => {
+                    self.lock_left().insert(key, &p.uid);
+                    Some(LEFT_SELECTOR)
+                }
+                Change::Add(p) if self.lock_left().take(key, &p.uid) => Some(BACK_IN_SELECTOR),
+                _ => None,
+            };
+            let initial = matches!(&change, Change::Add(p) if snapshot.initial.contains(&p.uid));
+            let shown = !(initial && self.skip_existing);
+            if shown {
+                log(key, &change, initial, reason);
+            }
+            lines.push(Line { change, initial, reason, shown });
+        }
+
+        // 3. Commit.
+        self.cache.commit(key, &snapshot);
+        let mut last = self.lock_last();
         match current {
             Some(now) => last.insert(key.clone(), now),
             None => last.remove(key),
         };
-        drop(last);
-        if changes.is_empty() {
-            debug!(%key, "no change (resync or a merged add+delete already logged)");
+        Ok(lines)
+    }
+
+    fn lock_last(&self) -> std::sync::MutexGuard<'_, HashMap<Key, PodState>> {
+        self.last.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn lock_left(&self) -> std::sync::MutexGuard<'_, LeftSelector> {
+        self.left.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+const LEFT_SELECTOR: &str = "no longer matches the selector";
+const BACK_IN_SELECTOR: &str = "now matches the selector";
+
+/// The pods that left the selector, by key (with their UID). A pod that left
+/// and was then deleted is never heard of again (it is outside what we
+/// watch), so this is capped: past [`LeftSelector::CAP`] the oldest entry is
+/// forgotten, and that pod's return would be logged as a plain onAdd.
+#[derive(Default)]
+struct LeftSelector {
+    uids: HashMap<Key, String>,
+    order: std::collections::VecDeque<Key>,
+}
+
+impl LeftSelector {
+    const CAP: usize = 10_000;
+
+    fn insert(&mut self, key: &Key, uid: &str) {
+        if self.uids.insert(key.clone(), uid.to_string()).is_none() {
+            self.order.push_back(key.clone());
         }
-        for change in &changes {
-            let initial = matches!(change, Change::Add(p) if Some(&p.uid) == initial_uid.as_ref());
-            if !(initial && self.skip_existing) {
-                log(key, change, initial);
+        while self.order.len() > LeftSelector::CAP {
+            if let Some(old) = self.order.pop_front() {
+                self.uids.remove(&old);
             }
         }
-        changes
+    }
+
+    /// Whether the pod `uid` under `key` had left the selector (and forget it).
+    fn take(&mut self, key: &Key, uid: &str) -> bool {
+        if self.uids.get(key).is_some_and(|u| u == uid) {
+            self.uids.remove(key);
+            self.order.retain(|k| k != key);
+            return true;
+        }
+        false
     }
 }
 
 /// The classic line, `onAdd: default/kuard`, with structured fields.
-fn log(key: &Key, change: &Change, initial: bool) {
+///
+/// With `--selector`, `onDelete` means "left the set of pods we watch": the
+/// pod was deleted, or its labels stopped matching. The server sends DELETED
+/// for both; when the pod still exists (the sync asks, see `sync`), the line
+/// says `reason="no longer matches the selector"`, and its return is an
+/// `onAdd` with `reason="now matches the selector"`. A pod that left the
+/// selector while the watch was down is found missing by the relist, which
+/// cannot tell why: a plain `onDelete`.
+fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>) {
     let (ns, name) = (key.namespace.as_str(), key.name.as_str());
     crate::metrics::event_logged(match change {
         Change::Add(_) => "onAdd",
         Change::Update { .. } => "onUpdate",
         Change::Delete(_) => "onDelete",
     });
-    match change {
-        Change::Add(p) if initial => {
+    match (change, reason) {
+        (Change::Add(p), _) if initial => {
             info!(namespace = ns, name, uid = p.uid, phase = p.phase, initial_list = true, "onAdd: {key}")
         }
-        Change::Add(p) => info!(namespace = ns, name, uid = p.uid, phase = p.phase, "onAdd: {key}"),
-        Change::Update { old, new } => {
+        (Change::Add(p), Some(reason)) => {
+            info!(namespace = ns, name, uid = p.uid, phase = p.phase, reason, "onAdd: {key}")
+        }
+        (Change::Add(p), None) => info!(namespace = ns, name, uid = p.uid, phase = p.phase, "onAdd: {key}"),
+        (Change::Update { old, new }, _) => {
             info!(namespace = ns, name, uid = new.uid, phase = new.phase, changes = old.diff(new), "onUpdate: {key}")
         }
-        Change::Delete(p) => info!(namespace = ns, name, uid = p.uid, phase = p.phase, "onDelete: {key}"),
+        (Change::Delete(p), Some(reason)) => {
+            info!(namespace = ns, name, uid = p.uid, phase = p.phase, reason, "onDelete: {key}")
+        }
+        (Change::Delete(p), None) => info!(namespace = ns, name, uid = p.uid, phase = p.phase, "onDelete: {key}"),
     }
 }
 
@@ -217,10 +356,10 @@ mod tests {
         cache.apply(Event::InitDone);
     }
 
-    fn kinds(changes: &[Change]) -> Vec<(&'static str, String)> {
-        changes
+    fn kinds(lines: &[Line]) -> Vec<(&'static str, String)> {
+        lines
             .iter()
-            .map(|c| match c {
+            .map(|l| match &l.change {
                 Change::Add(p) => ("onAdd", p.uid.clone()),
                 Change::Update { new, .. } => ("onUpdate", new.uid.clone()),
                 Change::Delete(p) => ("onDelete", p.uid.clone()),
@@ -228,58 +367,115 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn worker_add_update_resync_delete() {
+    #[tokio::test]
+    async fn worker_add_update_resync_delete() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), false);
+        let worker = Worker::new(cache.clone(), false, Faults::default());
         synced(&cache, vec![pod("ns", "p", "u1", "1")]);
-        assert_eq!(kinds(&worker.sync(&key("p"))), vec![("onAdd", "u1".into())]);
+        assert_eq!(kinds(&worker.sync(&key("p")).await.unwrap()), vec![("onAdd", "u1".into())]);
         let mut labelled = pod("ns", "p", "u1", "2");
         labelled.metadata.labels = Some([("tier".to_string(), "web".to_string())].into());
         cache.apply(Event::Apply(labelled));
-        let changes = worker.sync(&key("p"));
+        let changes = worker.sync(&key("p")).await.unwrap();
         assert_eq!(kinds(&changes), vec![("onUpdate", "u1".into())]);
-        assert!(matches!(&changes[0], Change::Update { old, new } if old.diff(new) == "label +tier=web"));
+        assert!(matches!(&changes[0].change, Change::Update { old, new } if old.diff(new) == "label +tier=web"));
         // A resync re-enqueues the key with nothing new: no line.
-        assert!(worker.sync(&key("p")).is_empty());
+        assert!(worker.sync(&key("p")).await.unwrap().is_empty());
         cache.apply(Event::Delete(pod("ns", "p", "u1", "3")));
-        assert_eq!(kinds(&worker.sync(&key("p"))), vec![("onDelete", "u1".into())]);
-        assert!(worker.sync(&key("p")).is_empty(), "a delete is logged once");
+        assert_eq!(kinds(&worker.sync(&key("p")).await.unwrap()), vec![("onDelete", "u1".into())]);
+        assert!(worker.sync(&key("p")).await.unwrap().is_empty(), "a delete is logged once");
     }
 
-    #[test]
-    fn worker_logs_a_pod_created_and_deleted_before_its_sync() {
+    #[tokio::test]
+    async fn worker_logs_a_pod_created_and_deleted_before_its_sync() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), false);
+        let worker = Worker::new(cache.clone(), false, Faults::default());
         synced(&cache, vec![]);
         cache.apply(Event::Apply(pod("ns", "short", "u9", "5")));
         cache.apply(Event::Delete(pod("ns", "short", "u9", "6")));
-        assert_eq!(kinds(&worker.sync(&key("short"))), vec![("onAdd", "u9".into()), ("onDelete", "u9".into())]);
+        assert_eq!(
+            kinds(&worker.sync(&key("short")).await.unwrap()),
+            vec![("onAdd", "u9".into()), ("onDelete", "u9".into())]
+        );
     }
 
-    #[test]
-    fn worker_logs_deletes_found_by_a_relist_once() {
+    #[tokio::test]
+    async fn worker_logs_deletes_found_by_a_relist_once() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), false);
+        let worker = Worker::new(cache.clone(), false, Faults::default());
         synced(&cache, vec![pod("ns", "a", "u1", "1"), pod("ns", "b", "u2", "1")]);
-        worker.sync(&key("a"));
-        worker.sync(&key("b"));
+        worker.sync(&key("a")).await.unwrap();
+        worker.sync(&key("b")).await.unwrap();
         // Relist: `a` vanished, `b` was replaced under the same name.
         synced(&cache, vec![pod("ns", "b", "u3", "9")]);
-        assert_eq!(kinds(&worker.sync(&key("a"))), vec![("onDelete", "u1".into())]);
-        assert_eq!(kinds(&worker.sync(&key("b"))), vec![("onDelete", "u2".into()), ("onAdd", "u3".into())]);
-        assert!(worker.sync(&key("a")).is_empty() && worker.sync(&key("b")).is_empty());
+        assert_eq!(kinds(&worker.sync(&key("a")).await.unwrap()), vec![("onDelete", "u1".into())]);
+        assert_eq!(
+            kinds(&worker.sync(&key("b")).await.unwrap()),
+            vec![("onDelete", "u2".into()), ("onAdd", "u3".into())]
+        );
+        assert!(worker.sync(&key("a")).await.unwrap().is_empty() && worker.sync(&key("b")).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn skip_existing_still_remembers_initial_pods() {
+        let cache = Cache::new();
+        let worker = Worker::new(cache.clone(), true, Faults::default());
+        synced(&cache, vec![pod("ns", "p", "u1", "1")]);
+        // The change is computed (and remembered) even though it is not logged...
+        assert_eq!(kinds(&worker.sync(&key("p")).await.unwrap()), vec![("onAdd", "u1".into())]);
+        // ... so a later update is an update, not an add.
+        cache.apply(Event::Apply(pod("ns", "p", "u1", "2")));
+        assert_eq!(kinds(&worker.sync(&key("p")).await.unwrap()), vec![("onUpdate", "u1".into())]);
+    }
+    #[tokio::test]
+    async fn a_failed_sync_retried_still_logs_the_delete() {
+        let cache = Cache::new();
+        let faults = Faults::parse("fail=ns/p").unwrap();
+        let failing = Worker::new(cache.clone(), false, faults);
+        synced(&cache, vec![]);
+        cache.apply(Event::Apply(pod("ns", "p", "u1", "2")));
+        cache.apply(Event::Delete(pod("ns", "p", "u1", "3")));
+        assert!(failing.sync(&key("p")).await.is_err());
+        assert!(failing.sync(&key("p")).await.is_err());
+        // Nothing was taken by the failures: the cache still holds the tombstone.
+        assert_eq!(cache.held().0, 1);
+        let healthy = Worker::new(cache.clone(), false, Faults::default());
+        assert_eq!(
+            kinds(&healthy.sync(&key("p")).await.unwrap()),
+            vec![("onAdd", "u1".into()), ("onDelete", "u1".into())]
+        );
+        assert_eq!(cache.held(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn an_initial_pod_deleted_or_replaced_before_its_sync_stays_initial() {
+        let cache = Cache::new();
+        let worker = Worker::new(cache.clone(), true, Faults::default());
+        synced(&cache, vec![pod("ns", "gone", "u1", "1"), pod("ns", "swapped", "u2", "1")]);
+        cache.apply(Event::Delete(pod("ns", "gone", "u1", "2")));
+        cache.apply(Event::Delete(pod("ns", "swapped", "u2", "2")));
+        cache.apply(Event::Apply(pod("ns", "swapped", "u3", "3")));
+        let gone = worker.sync(&key("gone")).await.unwrap();
+        assert_eq!(kinds(&gone), vec![("onAdd", "u1".into()), ("onDelete", "u1".into())]);
+        assert!(gone[0].initial && !gone[0].shown, "--skip-existing leaves out the initial onAdd");
+        let swapped = worker.sync(&key("swapped")).await.unwrap();
+        assert_eq!(kinds(&swapped), vec![("onAdd", "u2".into()), ("onDelete", "u2".into()), ("onAdd", "u3".into())]);
+        let flags: Vec<(bool, bool)> = swapped.iter().map(|l| (l.initial, l.shown)).collect();
+        assert_eq!(flags, vec![(true, false), (false, true), (false, true)]);
+        assert_eq!(cache.held(), (0, 0), "nothing of them stays in memory");
     }
 
     #[test]
-    fn skip_existing_still_remembers_initial_pods() {
-        let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), true);
-        synced(&cache, vec![pod("ns", "p", "u1", "1")]);
-        // The change is computed (and remembered) even though it is not logged...
-        assert_eq!(kinds(&worker.sync(&key("p"))), vec![("onAdd", "u1".into())]);
-        // ... so a later update is an update, not an add.
-        cache.apply(Event::Apply(pod("ns", "p", "u1", "2")));
-        assert_eq!(kinds(&worker.sync(&key("p"))), vec![("onUpdate", "u1".into())]);
+    fn a_pod_that_left_the_selector_is_remembered_until_it_returns() {
+        let mut left = LeftSelector::default();
+        left.insert(&key("p"), "u1");
+        assert!(!left.take(&key("p"), "u2"), "another pod under the same name did not return");
+        assert!(left.take(&key("p"), "u1"));
+        assert!(!left.take(&key("p"), "u1"), "taken once");
+        for i in 0..LeftSelector::CAP + 5 {
+            left.insert(&key(&format!("p{i}")), "u");
+        }
+        assert_eq!((left.uids.len(), left.order.len()), (LeftSelector::CAP, LeftSelector::CAP));
+        assert!(!left.take(&key("p0"), "u"), "the oldest is forgotten past the cap");
     }
 }

@@ -133,12 +133,166 @@ fn malformed_kubeconfig() {
 
 #[test]
 fn kubeconfig_from_the_environment_that_is_missing() {
-    let (code, err) = run(&[], &[("KUBECONFIG", "/nonexistent/env-kubeconfig")]);
+    // As kubectl: files in $KUBECONFIG that do not exist are skipped; with
+    // none left and no ~/.kube/config, that is the one problem to name.
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("empty-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let (code, err) =
+        run(&[], &[("KUBECONFIG", "/nonexistent/env-kubeconfig:/nonexistent/other"), ("HOME", home.to_str().unwrap())]);
     assert_eq!(code, 1);
     assert_eq!(
         err,
-        "error: cannot read kubeconfig /nonexistent/env-kubeconfig: No such file or directory (os error 2): pass an existing file with --kubeconfig or fix $KUBECONFIG"
+        format!(
+            "error: no kubeconfig found (no file named in $KUBECONFIG exists, nor {}/.kube/config): pass --kubeconfig PATH or fix $KUBECONFIG",
+            home.display()
+        )
     );
+}
+
+#[test]
+fn an_in_cluster_config_that_does_not_load_and_no_home_kubeconfig() {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("empty-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let env =
+        [("HOME", home.to_str().unwrap()), ("KUBERNETES_SERVICE_HOST", "127.0.0.1"), ("KUBERNETES_SERVICE_PORT", "1")];
+    assert_eq!(
+        run(&[], &env),
+        (
+            1,
+            format!(
+                "error: KUBERNETES_SERVICE_HOST is set but the in-cluster config does not load (failed to read the default namespace: No such file or directory (os error 2)), and {}/.kube/config does not exist: mount the pod's service-account token (automountServiceAccountToken), or pass --kubeconfig PATH",
+                home.display()
+            )
+        )
+    );
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn an_in_cluster_config_that_does_not_load_falls_back_to_the_home_kubeconfig() {
+    // controller-runtime's order: in-cluster first, then ~/.kube/config.
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("home-with-kubeconfig");
+    std::fs::create_dir_all(home.join(".kube")).unwrap();
+    std::fs::copy(cluster_dir().join("kubeconfig"), home.join(".kube/config")).unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["--log-format", "json", "--probe-addr", "0", "--metrics-addr", "0", "-n", "default"]);
+    cmd.env_remove("KUBECONFIG").env_remove("RUST_LOG");
+    let env =
+        [("HOME", home.to_str().unwrap()), ("KUBERNETES_SERVICE_HOST", "127.0.0.1"), ("KUBERNETES_SERVICE_PORT", "1")];
+    let logger = Logger::spawn(cmd, &env);
+    logger.synced().await;
+    assert!(logger.stderr().is_empty(), "{:?}", logger.stderr());
+}
+
+#[test]
+fn a_bad_file_in_the_kubeconfig_list_is_named_alone() {
+    let bad = tmp_file("malformed-in-list", "apiVersion: v1\nkind: Config\nclusters: [this is: not: valid\n");
+    let good = kubeconfig("good-in-list", "https://127.0.0.1:1", None, "    token: abc");
+    let list = format!("/nonexistent/first:{}:{}", bad.display(), good.display());
+    let (code, err) = run(&[], &[("KUBECONFIG", &list)]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        format!(
+            "error: kubeconfig {} is not a valid kubeconfig: failed to parse kubeconfig YAML: error: line 3 column 24: \
+             while parsing a flow mapping, did not find expected ',' or '}}'",
+            bad.display()
+        )
+    );
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kubeconfig_list_with_a_missing_entry_works_like_kubectl() {
+    let kc = cluster_dir().join("kubeconfig");
+    let list = format!("/nonexistent/kubeconfig:{}", kc.display());
+    let mut cmd = Command::new(BIN);
+    cmd.args(["--log-format", "json", "--probe-addr", "0", "--metrics-addr", "0", "-n", "default"]);
+    cmd.env_remove("KUBERNETES_SERVICE_HOST").env_remove("RUST_LOG");
+    let logger = Logger::spawn(cmd, &[("KUBECONFIG", &list)]);
+    logger.synced().await;
+    assert!(logger.stderr().is_empty(), "{:?}", logger.stderr());
+}
+
+/// A kubeconfig for the local control plane at `path` under its URL, with
+/// `user` lines.
+fn with_path(name: &str, path: &str, user: &str) -> PathBuf {
+    let dir = cluster_dir();
+    kubeconfig(name, &format!("{}{path}", server_url(&dir)), Some(b64(&dir.join("pki/ca.crt"))), user)
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[test]
+fn a_403_on_version_is_reported_as_forbidden() {
+    // No credentials: the anonymous user may read /version but not a path
+    // under a prefix, so the real server answers 403.
+    let kc = with_path("anonymous-prefix", "/prefix", "    {}");
+    let url = format!("{}/prefix", server_url(&cluster_dir()));
+    assert_eq!(
+        run(&["--kubeconfig", kc.to_str().unwrap()], &[]),
+        (
+            1,
+            format!(
+                "error: the API server at {url} forbids GET /version to this identity (403 Forbidden: forbidden: User \"system:anonymous\" cannot get path \"/prefix/version\"): check the user in your kubeconfig, or grant it the system:public-info-viewer role"
+            )
+        )
+    );
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[test]
+fn a_404_on_version_is_reported_as_not_found() {
+    let dir = cluster_dir();
+    let user = format!(
+        "    client-certificate-data: {}\n    client-key-data: {}",
+        b64(&dir.join("pki/admin.crt")),
+        b64(&dir.join("pki/admin.key"))
+    );
+    let kc = with_path("admin-prefix", "/prefix", &user);
+    let url = format!("{}/prefix", server_url(&dir));
+    assert_eq!(
+        run(&["--kubeconfig", kc.to_str().unwrap()], &[]),
+        (
+            1,
+            format!(
+                "error: the server at {url} is not a Kubernetes API server: GET /version answered 404 Not Found (is the URL the API server's root, without a path?)"
+            )
+        )
+    );
+}
+
+#[test]
+fn a_server_that_accepts_and_never_answers() {
+    // Accepts TCP connections, reads, never writes: a stuck proxy.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let kc = kubeconfig("black-hole", &format!("https://127.0.0.1:{port}"), None, "    token: abc");
+    let start = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .args(["--kubeconfig", kc.to_str().unwrap(), "--probe-addr", "0", "--metrics-addr", "0"])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr).trim_end().to_string();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("figures: exit_after_black_holed_server={:.1}s", took.as_secs_f64());
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr,
+        format!(
+            "error: cannot reach the Kubernetes API server at https://127.0.0.1:{port}/: no answer within 10s (something accepts connections there but does not answer: a stopped API server, a proxy or a firewall?)"
+        )
+    );
+    // No second, rawer line from kube's HTTP layer on stdout either.
+    assert!(!stdout.contains("ERROR") && !stdout.contains("WARN"), "{stdout}");
+    assert!(took < std::time::Duration::from_secs(30), "{took:?}");
 }
 
 #[ignore = "needs the local control plane: run `make test`"]
