@@ -89,11 +89,23 @@ pub fn pod(name: &str, labels: &[(&str, &str)]) -> Pod {
     }
 }
 
+/// Creates a pod and returns once the API server's watch cache holds it.
+///
+/// demo-controller's first list is a streaming list, which kube asks for at
+/// resourceVersion "0": the server answers from its watch cache, which may
+/// trail a write by milliseconds. A test that creates pods and then starts a
+/// logger expects them in its first list, so it waits here until a list at
+/// resourceVersion "0" (served from that same cache) shows the pod.
 pub async fn create(client: &Client, ns: &str, name: &str, labels: &[(&str, &str)]) -> Pod {
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &pod(name, labels))
-        .await
-        .expect("create pod")
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    let made = api.create(&PostParams::default(), &pod(name, labels)).await.expect("create pod");
+    let cached = kube::api::ListParams::default().match_any().fields(&format!("metadata.name={name}"));
+    let start = Instant::now();
+    while !api.list_metadata(&cached).await.expect("list").items.iter().any(|p| p.metadata.uid == made.metadata.uid) {
+        assert!(start.elapsed() < Duration::from_secs(10), "{ns}/{name} never reached the watch cache");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    made
 }
 
 pub async fn label(client: &Client, ns: &str, name: &str, key: &str, value: &str) {
@@ -136,7 +148,6 @@ pub struct Logger {
     kubeconfig: Option<PathBuf>,
     /// Labels a marker pod needs to be seen through a `-l k=v` selector.
     marker_labels: Vec<(String, String)>,
-    markers: AtomicU32,
 }
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_demo-controller");
@@ -208,7 +219,6 @@ impl Logger {
             readers: vec![out_reader, err_reader],
             kubeconfig: None,
             marker_labels: Vec::new(),
-            markers: AtomicU32::new(0),
         }
     }
 
@@ -290,7 +300,10 @@ impl Logger {
         self.wait_count(ns, n).await;
         if let Some(kubeconfig) = &self.kubeconfig {
             let client = client_for(kubeconfig).await;
-            let name = format!("{MARKER}{}", self.markers.fetch_add(1, Ordering::SeqCst));
+            // Numbered across the whole test process: two loggers watching one
+            // namespace each add markers there.
+            static MARKERS: AtomicU32 = AtomicU32::new(0);
+            let name = format!("{MARKER}{}", MARKERS.fetch_add(1, Ordering::SeqCst));
             let labels: Vec<(&str, &str)> = self.marker_labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             create(&client, ns, &name, &labels).await;
             self.wait_message(&format!("onAdd: {ns}/{name}"), Duration::from_secs(30)).await;
