@@ -45,8 +45,8 @@ ready_timeout=${LOCAL_CLUSTER_TIMEOUT:-90}
 # The apiserver's address and the extra flags for a node (see the header).
 node_ip=${LOCAL_CLUSTER_NODE_IP:-}
 api_host=${node_ip:-127.0.0.1}
-service_range=10.0.0.0/24 service_ip=10.0.0.1
-if [[ -n $node_ip ]]; then service_range=198.51.100.0/24 service_ip=198.51.100.1; fi
+service_range=10.0.0.0/24 service_ip=10.0.0.1 auth_mode=RBAC
+if [[ -n $node_ip ]]; then service_range=198.51.100.0/24 service_ip=198.51.100.1 auth_mode=Node,RBAC; fi
 
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd) # absolute: it ends up in the scripts, kubeconfig path and export line
@@ -191,7 +191,7 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
 write_scripts() {
 	local q_bin q_dir node_flags=
 	# For a node (see the header); a repeated flag's last value wins.
-	[[ -z $node_ip ]] || node_flags='--authorization-mode=Node,RBAC --endpoint-reconciler-type=lease --kubelet-preferred-address-types=InternalIP --kubelet-client-certificate="$pki/apiserver-kubelet-client.crt" --kubelet-client-key="$pki/apiserver-kubelet-client.key" '
+	[[ -z $node_ip ]] || node_flags='--endpoint-reconciler-type=lease --kubelet-preferred-address-types=InternalIP --kubelet-client-certificate="$pki/apiserver-kubelet-client.crt" --kubelet-client-key="$pki/apiserver-kubelet-client.key" '
 	q_bin=$(printf %q "$bin_dir")
 	q_dir=$(printf %q "$dir")
 	cat >"$dir/etcd.sh" <<-EOF
@@ -239,7 +239,7 @@ write_scripts() {
 		  --tls-cert-file="\$pki/apiserver.crt" \\
 		  --tls-private-key-file="\$pki/apiserver.key" \\
 		  --client-ca-file="\$pki/ca.crt" \\
-		  --authorization-mode=RBAC \\
+		  --authorization-mode=$auth_mode \\
 		  --service-account-issuer=https://kubernetes.default.svc \\
 		  --service-account-key-file="\$pki/sa.pub" \\
 		  --service-account-signing-key-file="\$pki/sa.key" \\
