@@ -19,16 +19,16 @@ ip -o link show | awk -F': ' '{ print $2 }' | cut -d@ -f1 | sort
 echo "## addresses"
 ip -o addr show | awk '{ print $2, $3, $4 }' | sort
 echo "## routes"
-ip route show table all | grep -v '^cache' | sort
-ip -6 route show table all | grep -v '^cache' | sort
+{ ip route show table all | grep -v '^cache' || true; } | sort
+{ ip -6 route show table all | grep -v '^cache' || true; } | sort
 echo "## iptables"
-iptables-save | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]/[c]/'
+{ iptables-save | grep -v '^#' || true; } | sed 's/\[[0-9]*:[0-9]*\]/[c]/'
 echo "## ip6tables"
-ip6tables-save | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]/[c]/'
+{ ip6tables-save | grep -v '^#' || true; } | sed 's/\[[0-9]*:[0-9]*\]/[c]/'
 echo "## nft tables"
 nft list tables 2>/dev/null | sort
 echo "## mounts"
-awk '{ print $5, $9 }' /proc/self/mountinfo | grep -vE '^(/var/lib/containers|/run/containers)' | sort
+{ awk '{ print $5, $9 }' /proc/self/mountinfo | grep -vE '^(/var/lib/containers|/run/containers)' || true; } | sort
 echo "## network namespaces"
 ls /run/netns 2>/dev/null || true
 echo "## cgroups"
@@ -36,6 +36,7 @@ ls -d /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/kubepods* /sys/fs/cgroup/*/k8s.i
 echo "## directories"
 for d in "${node_dirs[@]}"; do [[ -e $d ]] && echo "$d"; done
 echo "## processes"
-for n in kubelet containerd containerd-shim-runc-v2 kube-proxy kube-scheduler kube-controller-manager runc; do
+# (process names as the kernel keeps them: 15 characters)
+for n in kubelet containerd containerd-shim kube-proxy kube-scheduler kube-controller; do
 	echo "$n: $(pgrep -xc "$n" || true)"
 done

@@ -15,7 +15,7 @@ for n in containerd kubelet kube-scheduler kube-controller-manager kube-proxy; d
 	pid=$(cat "$dir/$n.pid" 2>/dev/null) && line "$n" "$(rss "$pid")"
 done
 shims=0
-for p in $(pgrep -x containerd-shim-runc-v2 || true); do shims=$((shims + $(rss "$p"))); done
+for p in $(pgrep -x containerd-shim || true); do shims=$((shims + $(rss "$p"))); done
 line "containerd shims" "$shims"
 pods=0
 for f in $(find /sys/fs/cgroup/pids/kubepods -name cgroup.procs 2>/dev/null); do
