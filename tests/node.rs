@@ -7,7 +7,6 @@
 //! These tests need root and the local node: `make test` as root starts it and
 //! sets DEMO_CONTROLLER_TEST_NODE; without root it reports them as not run.
 //! They share one Deployment, so they take turns (the `turn` lock).
-#![allow(clippy::await_holding_lock)]
 
 mod common;
 
@@ -375,37 +374,43 @@ async fn node_rollout_restart_drains_and_exits_zero_on_sigterm() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), NS);
 
-    // Watch the old pod to catch its terminated container state: the pod
-    // object is removed right after, with its log.
-    let mut watch =
-        pods.watch(&WatchParams::default().fields(&format!("metadata.name={old_name}")), "0").await.unwrap().boxed();
+    // Follow the old pod's log as `kubectl logs -f` does: the stream ends
+    // when its container exits, so it holds the very last line.
+    let stream = pods.log_stream(&old_name, &LogParams { follow: true, ..Default::default() }).await.unwrap();
+    let follow = tokio::spawn(async move {
+        use futures::AsyncBufReadExt;
+        stream.lines().filter_map(|l| async move { l.ok() }).collect::<Vec<String>>().await
+    });
+    // Watch the old pod to catch its terminated container state before the
+    // pod object is removed.
+    let mut watch = pods
+        .watch(&WatchParams::default().fields(&format!("metadata.name={old_name}")), "0")
+        .await
+        .unwrap()
+        .boxed();
     let started = Instant::now();
     restart(&deploys).await;
     let mut terminated = None;
-    let mut last_log = Vec::new();
-    while let Some(event) = tokio::time::timeout(Duration::from_secs(60), watch.next()).await.expect("watch event") {
-        match event.unwrap() {
-            WatchEvent::Modified(p) if p.metadata.uid.as_deref() == Some(old_uid.as_str()) => {
-                if last_log.is_empty() && p.metadata.deletion_timestamp.is_some() {
-                    // While it drains, the log is still there to read.
-                    if let Ok(text) = pods.logs(&old_name, &LogParams::default()).await {
-                        last_log = text.lines().map(str::to_string).collect();
-                    }
-                }
-                let state = p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).map(|c| c[0].clone());
-                if let Some(t) = state.and_then(|s| s.state).and_then(|s| s.terminated) {
-                    terminated = Some(t);
-                    // Read the log once more: it ends with the shutdown.
-                    if let Ok(text) = pods.logs(&old_name, &LogParams::default()).await {
-                        last_log = text.lines().map(str::to_string).collect();
-                    }
-                    break;
-                }
-            }
-            WatchEvent::Deleted(_) => break,
-            _ => {}
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(60), watch.next()).await.expect("watch event")
+    {
+        let (p, gone) = match event.unwrap() {
+            WatchEvent::Modified(p) => (p, false),
+            WatchEvent::Deleted(p) => (p, true),
+            _ => continue,
+        };
+        if p.metadata.uid.as_deref() != Some(old_uid.as_str()) {
+            continue;
+        }
+        let state = p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).map(|c| c[0].clone());
+        if let Some(t) = state.and_then(|s| s.state).and_then(|s| s.terminated) {
+            terminated = Some(t);
+            break;
+        }
+        if gone {
+            break;
         }
     }
+    let last_log = tokio::time::timeout(Duration::from_secs(30), follow).await.expect("the log stream ends").unwrap();
     let took = started.elapsed();
     let terminated = terminated.expect("saw the old container terminated");
     assert_eq!(terminated.exit_code, 0, "exit code after SIGTERM: {terminated:?}");
