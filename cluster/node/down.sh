@@ -73,7 +73,7 @@ stop ${pids[@]+"${pids[@]}"}
 for p in /proc/[0-9]*; do
 	read -r -d '' argv0 2>/dev/null <"$p/cmdline" || continue
 	[[ ${argv0##*/} == containerd-shim* ]] || continue
-	tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$containerd_sock" && kill -KILL "${p#/proc/}" 2>/dev/null
+	tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$containerd_sock" && { kill -KILL "${p#/proc/}" 2>/dev/null || true; }
 done
 sleep 0.2
 
@@ -117,6 +117,10 @@ else
 	log "no complete record of the host's state in $dir/host: removed processes, mounts and interfaces only"
 fi
 
+# The control plane's data goes with DIR: no graceful apiserver shutdown to
+# wait for (with watchers attached it takes 10 s or more).
+pid=$(cat "$dir/plane/kube-apiserver.pid" 2>/dev/null) && [[ $pid =~ ^[0-9]+$ ]] &&
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/plane/" && kill -KILL "$pid" 2>/dev/null || true
 bash "$repo/cluster/down.sh" --dir "$dir/plane" 2>/dev/null || true
 rm -rf "$dir"
 log "node stopped and host restored in $((SECONDS - t0)) s; removed $dir"
