@@ -54,11 +54,6 @@ log "built $image in $((SECONDS - t0)) s"
 # makes `demo-controller:dev` in the manifest resolve to this name.
 sock=/run/containerd/containerd.sock
 if [[ -S $sock ]] && command -v ctr >/dev/null 2>&1; then
-	ref=$image
-	[[ $ref == */* ]] || ref=docker.io/library/$ref
-	tmp=$(mktemp /var/tmp/demo-controller-image.XXXXXX.tar)
-	trap 'rm -f "$tmp"' EXIT
-	$engine save -o "$tmp" "$image" >/dev/null 2>&1 || $engine save --format docker-archive -o "$tmp" "$image"
-	ctr --address "$sock" -n k8s.io image import "$tmp" >/dev/null
+	ref=$(bash cluster/node/load-image.sh "$engine" "$image")
 	log "loaded $ref into the local node's containerd"
 fi

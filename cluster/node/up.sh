@@ -230,10 +230,8 @@ for t in "$imgs/pause.tar" "$imgs/busybox.tar"; do
 done
 # The demo-controller image, when `make image` has built one.
 if command -v podman >/dev/null && podman image exists demo-controller:dev 2>/dev/null; then
-	podman save -q --format docker-archive -o "$dir/demo-controller.tar" demo-controller:dev
-	ctr --address "$containerd_sock" -n k8s.io image import "$dir/demo-controller.tar" >/dev/null 2>"$dir/logs/import.log" ||
+	bash "$here/load-image.sh" podman demo-controller:dev >/dev/null 2>"$dir/logs/import.log" ||
 		fail import "importing demo-controller:dev into containerd failed"
-	rm -f "$dir/demo-controller.tar"
 fi
 log "images imported ($(secs))"
 
