@@ -383,16 +383,12 @@ async fn node_rollout_restart_drains_and_exits_zero_on_sigterm() {
     });
     // Watch the old pod to catch its terminated container state before the
     // pod object is removed.
-    let mut watch = pods
-        .watch(&WatchParams::default().fields(&format!("metadata.name={old_name}")), "0")
-        .await
-        .unwrap()
-        .boxed();
+    let mut watch =
+        pods.watch(&WatchParams::default().fields(&format!("metadata.name={old_name}")), "0").await.unwrap().boxed();
     let started = Instant::now();
     restart(&deploys).await;
     let mut terminated = None;
-    while let Some(event) = tokio::time::timeout(Duration::from_secs(60), watch.next()).await.expect("watch event")
-    {
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(60), watch.next()).await.expect("watch event") {
         let (p, gone) = match event.unwrap() {
             WatchEvent::Modified(p) => (p, false),
             WatchEvent::Deleted(p) => (p, true),
