@@ -69,13 +69,24 @@ kill_cgroup_procs() {
 for _ in $(seq 50); do kill_cgroup_procs || break; sleep 0.1; done
 mapfile -t pids < <(ours containerd)
 stop ${pids[@]+"${pids[@]}"}
-# Shims outlive containerd; theirs name its socket.
-for p in /proc/[0-9]*; do
-	read -r -d '' argv0 2>/dev/null <"$p/cmdline" || continue
-	[[ ${argv0##*/} == containerd-shim* ]] || continue
-	tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$containerd_sock" && { kill -KILL "${p#/proc/}" 2>/dev/null || true; }
+# Shims outlive containerd; theirs name its socket. Killed, then waited for
+# until they are gone from the process table (not even a zombie is left).
+shims() {
+	local p argv0
+	for p in /proc/[0-9]*; do
+		read -r -d '' argv0 2>/dev/null <"$p/cmdline" || continue
+		[[ ${argv0##*/} == containerd-shim* ]] || continue
+		tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$containerd_sock" && echo "${p#/proc/}"
+	done
+	return 0
+}
+mapfile -t pids < <(shims)
+for pid in ${pids[@]+"${pids[@]}"}; do kill -KILL "$pid" 2>/dev/null || true; done
+for pid in ${pids[@]+"${pids[@]}"}; do
+	for _ in $(seq 100); do [[ -e /proc/$pid ]] || break; sleep 0.05; done
 done
-sleep 0.2
+# A shim that died on its own just before may still wait to be reaped.
+for _ in $(seq 100); do pgrep -x containerd-shim >/dev/null || break; sleep 0.05; done
 
 # --- Mounts, network namespaces ------------------------------------------------------
 # Deepest first; a busy one is detached lazily.
