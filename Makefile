@@ -2,10 +2,11 @@
 # `make test`; everything else is for working on it or shipping it.
 IMAGE ?= demo-controller:dev
 CLUSTER_DIR ?= target/local-cluster
+NODE_DIR ?= target/local-node
 KUBECTL ?= kubectl
 ARGS ?=
 
-.PHONY: build run demo test lint image push deploy undeploy cluster-up cluster-down bench
+.PHONY: build run demo test lint image push deploy undeploy cluster-up cluster-down bench node-up node-down node-test
 
 build: ## Build the release binary
 	cargo build --release --locked
@@ -23,13 +24,14 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 	cargo fmt --all -- --check
 	cargo clippy --all-targets --locked -- -D warnings
 
-image: ## Build the container image
-	docker build -t $(IMAGE) .
+image: ## Build the container image from the Dockerfile (docker or podman; local stand-in bases where none can be pulled)
+	bash cluster/image.sh $(IMAGE)
 
 push: ## Push the container image
 	docker push $(IMAGE)
 
-deploy: ## Apply demo-controller.yaml with IMAGE as the container image
+deploy: ## Apply demo-controller.yaml with IMAGE as the container image (the local node's, when it runs)
+	@if [ -z "$$KUBECONFIG" ] && [ -f $(NODE_DIR)/env ]; then export KUBECONFIG=$(NODE_DIR)/plane/kubeconfig; fi; \
 	sed 's|image: demo-controller:dev|image: $(IMAGE)|' demo-controller.yaml | $(KUBECTL) apply -f -
 
 undeploy: ## Remove everything demo-controller.yaml created
@@ -43,3 +45,12 @@ cluster-down: ## Stop the local control plane and remove its state
 
 bench: ## Side-by-side benchmark with the client-go baseline (minutes; writes bench/results.md)
 	bash bench/run.sh $(ARGS)
+
+node-up: ## As root: start a real one-node cluster (containerd + kubelet; prints export KUBECONFIG=...)
+	bash cluster/node/up.sh --dir $(NODE_DIR)
+
+node-down: ## Stop the local node and restore the host as it was
+	bash cluster/node/down.sh --dir $(NODE_DIR)
+
+node-test: ## As root: only the node tests (image, node, tests/node.rs, teardown check)
+	bash cluster/node/test.sh $(ARGS)

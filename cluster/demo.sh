@@ -7,6 +7,14 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
+
+# With root and the node's packages (present or installable) the demo runs real
+# pods on a real node; otherwise the apiserver-only lesson below.
+if ((EUID == 0)) && { bash cluster/node/deps.sh --check 2>/dev/null || command -v apt-get >/dev/null; }; then
+	exec bash cluster/node/demo.sh
+fi
+echo "demo.sh: no real pods in this demo (no kubelet: they stay Pending); run \`make demo\` as root for the one with a real node" >&2
+
 dir=$repo/target/local-cluster
 log=$dir/demo-controller.log
 logger=

@@ -32,6 +32,25 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 # The control plane first (a cold build of it takes minutes), then the tests.
+# The node tests (node_*) run after them, against a real node of their own.
 bash cluster/up.sh --dir "$dir" >/dev/null
 export DEMO_CONTROLLER_TEST_CLUSTER=$dir
-cargo test --locked -- --include-ignored "$@"
+cargo test --locked -- --include-ignored --skip node_ "$@"
+
+# --- The node tests: demo-controller as a pod on a real kubelet --------------
+# Root only (containerd, a kubelet, a bridge, iptables). Without root they are
+# reported as not run, never as passed.
+if ((EUID != 0)); then
+	echo "test.sh: the node tests (node_*) were NOT run: they need root and the local node; run \`make test\` as root" >&2
+	exit 0
+fi
+# Name filters that select no node test skip the node (and its image build).
+filters=() wanted=0
+for a in "$@"; do [[ $a == -* ]] || filters+=("$a"); done
+for name in $(sed -n 's/^async fn \(node_[a-z0-9_]*\).*/\1/p' tests/node*.rs); do
+	((${#filters[@]} == 0)) && wanted=1
+	for f in ${filters[@]+"${filters[@]}"}; do [[ $name == *"$f"* ]] && wanted=1; done
+done
+((wanted)) || exit 0
+bash cluster/down.sh --dir "$dir" # the plain control plane is done with: free its memory
+bash cluster/node/test.sh "$@"

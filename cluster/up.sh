@@ -8,6 +8,14 @@
 #
 # Usage: cluster/up.sh [--dir DIR]     (DIR defaults to <repo>/target/local-cluster)
 #
+# With LOCAL_CLUSTER_NODE_IP=ADDR in the environment (set by cluster/node/up.sh,
+# which has put ADDR on a dummy interface) the apiserver runs as a real
+# cluster's does for a kubelet: bound to and advertising ADDR, Node,RBAC
+# authorization, the `kubernetes` Service at 198.51.100.1 (TEST-NET-2, routes
+# nowhere) with endpoints kept by the lease reconciler, and a client
+# certificate (pki/apiserver-kubelet-client.*) for `kubectl logs`/exec.
+# Without it nothing of that changes.
+#
 # DIR afterwards holds:
 #   pki/               CA, apiserver serving cert, admin client cert, service-account keys
 #   etcd/              etcd's data
@@ -33,6 +41,12 @@ log() { echo "up.sh: $*" >&2; }
 # Seconds to wait for /readyz. A warm start takes a few seconds; a loaded CI
 # machine can take much longer.
 ready_timeout=${LOCAL_CLUSTER_TIMEOUT:-90}
+
+# The apiserver's address and the extra flags for a node (see the header).
+node_ip=${LOCAL_CLUSTER_NODE_IP:-}
+api_host=${node_ip:-127.0.0.1}
+service_range=10.0.0.0/24 service_ip=10.0.0.1 auth_mode=RBAC
+if [[ -n $node_ip ]]; then service_range=198.51.100.0/24 service_ip=198.51.100.1 auth_mode=Node,RBAC; fi
 
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd) # absolute: it ends up in the scripts, kubeconfig path and export line
@@ -140,10 +154,13 @@ mkdir -p "$pki" "$dir/logs"
 		openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -extfile "$1.ext" -out "$1.crt"
 		rm "$1.csr" "$1.ext"
 	}
-	# 10.0.0.1 is the `kubernetes` Service's IP in --service-cluster-ip-range.
+	# $service_ip is the `kubernetes` Service's IP in --service-cluster-ip-range.
 	sign apiserver /CN=kube-apiserver \
 		"extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:10.0.0.1"
+subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:$service_ip${node_ip:+,IP:$node_ip}"
+	# How the apiserver proves itself to kubelets (logs, exec): system:masters,
+	# as kubeadm's apiserver-kubelet-client certificate was.
+	[[ -z $node_ip ]] || sign apiserver-kubelet-client /O=system:masters/CN=kube-apiserver-kubelet-client "extendedKeyUsage=clientAuth"
 	# O=system:masters: bound to cluster-admin and bypasses RBAC authorization.
 	sign admin /O=system:masters/CN=admin "extendedKeyUsage=clientAuth"
 	openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key
@@ -172,7 +189,9 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
 # Each execs the server (so the pid of `bash X.sh &` is the server's pid),
 # writes nothing itself and logs to stderr; the caller redirects to a log.
 write_scripts() {
-	local q_bin q_dir
+	local q_bin q_dir node_flags=
+	# For a node (see the header); a repeated flag's last value wins.
+	[[ -z $node_ip ]] || node_flags='--endpoint-reconciler-type=lease --kubelet-preferred-address-types=InternalIP --kubelet-client-certificate="$pki/apiserver-kubelet-client.crt" --kubelet-client-key="$pki/apiserver-kubelet-client.key" '
 	q_bin=$(printf %q "$bin_dir")
 	q_dir=$(printf %q "$dir")
 	cat >"$dir/etcd.sh" <<-EOF
@@ -214,26 +233,26 @@ write_scripts() {
 		#   by Pod Security admission, not refused by validation outright.
 		exec $q_bin/kube-apiserver \\
 		  --etcd-servers=http://127.0.0.1:$etcd_port \\
-		  --bind-address=127.0.0.1 \\
-		  --advertise-address=127.0.0.1 \\
+		  --bind-address=$api_host \\
+		  --advertise-address=$api_host \\
 		  --secure-port="\$port" \\
 		  --tls-cert-file="\$pki/apiserver.crt" \\
 		  --tls-private-key-file="\$pki/apiserver.key" \\
 		  --client-ca-file="\$pki/ca.crt" \\
-		  --authorization-mode=RBAC \\
+		  --authorization-mode=$auth_mode \\
 		  --service-account-issuer=https://kubernetes.default.svc \\
 		  --service-account-key-file="\$pki/sa.pub" \\
 		  --service-account-signing-key-file="\$pki/sa.key" \\
-		  --service-cluster-ip-range=10.0.0.0/24 \\
+		  --service-cluster-ip-range=$service_range \\
 		  --endpoint-reconciler-type=none \\
 		  --allow-privileged=true \\
-		  "\$@"
+		  $node_flags"\$@"
 	EOF
 	# Sourceable facts about this cluster, for tests and humans.
 	cat >"$dir/env" <<-EOF
 		CLUSTER_DIR=$q_dir
 		APISERVER_PORT=$apiserver_port
-		APISERVER_URL=https://127.0.0.1:$apiserver_port
+		APISERVER_URL=https://$api_host:$apiserver_port
 		ETCD_PORT=$etcd_port
 		ETCD_PEER_PORT=$etcd_peer_port
 		ETCD_URL=http://127.0.0.1:$etcd_port
@@ -283,11 +302,11 @@ start_once() {
 		sleep 0.2
 	done
 
-	log "starting kube-apiserver on 127.0.0.1:$apiserver_port"
+	log "starting kube-apiserver on $api_host:$apiserver_port"
 	launch kube-apiserver
 	local api_pid=$! out
 	deadline=$((SECONDS + ready_timeout))
-	until [[ $(curl_admin "https://127.0.0.1:$apiserver_port/readyz" 2>/dev/null) == ok ]]; do
+	until [[ $(curl_admin "https://$api_host:$apiserver_port/readyz" 2>/dev/null) == ok ]]; do
 		if ! alive "$api_pid"; then
 			port_clash kube-apiserver && { clash=kube-apiserver; return; }
 			fail kube-apiserver "kube-apiserver exited during startup"
@@ -295,7 +314,7 @@ start_once() {
 		alive "$etcd_pid" || fail etcd "etcd exited while kube-apiserver was starting"
 		if ((SECONDS >= deadline)); then
 			# Name the checks still failing; the log says why.
-			out=$(curl_admin "https://127.0.0.1:$apiserver_port/readyz?verbose" 2>&1 | grep -v '^\[+\]' || true)
+			out=$(curl_admin "https://$api_host:$apiserver_port/readyz?verbose" 2>&1 | grep -v '^\[+\]' || true)
 			log "readyz after ${ready_timeout}s:"
 			sed 's/^/    /' <<<"$out" >&2
 			fail kube-apiserver "kube-apiserver not ready after ${ready_timeout}s"
@@ -314,7 +333,7 @@ for attempt in 1 2 3; do
 	rm -rf "$dir/etcd" "$dir"/*.pid
 done
 ms=$(((${EPOCHREALTIME//[!0-9]/} - t0) / 1000))
-log "kube-apiserver ready at https://127.0.0.1:$apiserver_port, $((ms / 1000)).$((ms % 1000 / 100)) s after starting"
+log "kube-apiserver ready at https://$api_host:$apiserver_port, $((ms / 1000)).$((ms % 1000 / 100)) s after starting"
 
 # --- kubeconfig -----------------------------------------------------------------
 b64() { base64 -w0 <"$1"; }
@@ -324,7 +343,7 @@ kind: Config
 clusters:
 - name: local
   cluster:
-    server: https://127.0.0.1:$apiserver_port
+    server: https://$api_host:$apiserver_port
     certificate-authority-data: $(b64 "$pki/ca.crt")
 users:
 - name: admin
@@ -350,7 +369,7 @@ deadline=$((SECONDS + 30))
 while :; do
 	code=$(curl_admin -o "$dir/logs/sa.out" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
 		--data '{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default"}}' \
-		"https://127.0.0.1:$apiserver_port/api/v1/namespaces/default/serviceaccounts" 2>"$dir/logs/sa.err") || true
+		"https://$api_host:$apiserver_port/api/v1/namespaces/default/serviceaccounts" 2>"$dir/logs/sa.err") || true
 	[[ $code == 201 || $code == 409 ]] && break
 	if ((SECONDS >= deadline)); then
 		log "error: creating ServiceAccount default/default failed (HTTP ${code:-none}):"

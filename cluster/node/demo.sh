@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# `make demo` with real pods (as root): the same lesson as cluster/demo.sh, but
+# on a real one-node cluster (cluster/node/up.sh), so every onUpdate line shows
+# something a kubelet really did: the pod scheduled, started, Ready, its
+# container exiting and restarting, terminating, gone. demo-controller runs on
+# this machine against the node's API, as `make run` would against yours.
+# Stops the node and restores the host at the end (also on Ctrl-C).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$repo"
+dir=$repo/target/local-node
+log=$dir/demo-controller.log
+logger=
+t0=$SECONDS
+
+say() { printf '\n\033[1m==> [%3d s] %s\033[0m\n' "$((SECONDS - t0))" "$*" >&2; }
+
+cleanup() {
+	trap - EXIT INT TERM
+	if [[ -n $logger ]] && kill -0 "$logger" 2>/dev/null; then
+		say "stopping demo-controller (SIGTERM: it drains its queue and exits 0)"
+		kill -TERM "$logger" 2>/dev/null || true
+		wait "$logger" 2>/dev/null || true
+	fi
+	say "stopping the node and restoring the host"
+	bash cluster/node/down.sh --dir "$dir"
+	say "done in $((SECONDS - t0)) s"
+}
+trap cleanup EXIT INT TERM
+
+say "building demo-controller"
+cargo build --locked --quiet
+
+say "starting a real one-node cluster: kube-apiserver, etcd, containerd, kubelet, scheduler, controller-manager, kube-proxy"
+bash cluster/node/up.sh --dir "$dir" >/dev/null
+export KUBECONFIG=$dir/plane/kubeconfig
+# shellcheck source=/dev/null
+source "$dir/plane/env"
+
+api() {
+	local method=$1 path=$2 type=${3:-application/json} body=${4:-}
+	curl -sS --fail-with-body -o /dev/null -X "$method" -H "Content-Type: $type" ${body:+--data "$body"} \
+		--cacert "$dir/plane/pki/ca.crt" --cert "$dir/plane/pki/admin.crt" --key "$dir/plane/pki/admin.key" "$APISERVER_URL$path"
+}
+phase() {
+	curl -sS --cacert "$dir/plane/pki/ca.crt" --cert "$dir/plane/pki/admin.crt" --key "$dir/plane/pki/admin.key" \
+		"$APISERVER_URL$pods/kuard" | python3 -c "import json,sys; p=json.load(sys.stdin); s=p.get('status',{}); c=(s.get('containerStatuses') or [{}])[0]; print(s.get('phase'), c.get('ready'), c.get('restartCount'), 'code' in p)"
+}
+# wait_until PYTHON-EXPR-OVER phase,ready,restarts,gone  (up to 60 s)
+wait_until() {
+	local want=$1 ph ready restarts gone
+	for _ in $(seq 240); do
+		read -r ph ready restarts gone <<<"$(phase 2>/dev/null || echo '- - - True')"
+		eval "$want" && return 0
+		sleep 0.25
+	done
+	echo "demo: gave up waiting for: $want" >&2
+	return 1
+}
+pods=/api/v1/namespaces/default/pods
+
+say "starting demo-controller (its log lines follow)"
+target/debug/demo-controller --probe-addr 0 --metrics-addr 0 > >(tee "$log") 2>&1 &
+logger=$!
+for _ in $(seq 100); do grep -q "cache synced" "$log" 2>/dev/null && break; sleep 0.1; done
+
+say "kubectl run kuard (busybox: runs 4 s, exits 1, then stays up)  -> onAdd, then onUpdate as it is scheduled, starts, gets Ready"
+api POST "$pods" application/json '{"metadata":{"name":"kuard","labels":{"run":"kuard"}},"spec":{"terminationGracePeriodSeconds":3,"volumes":[{"name":"d","emptyDir":{}}],"containers":[{"name":"kuard","image":"docker.io/library/busybox:local","imagePullPolicy":"Never","command":["sh","-c","if [ -e /d/ran ]; then exec sleep 3600; fi; touch /d/ran; sleep 4; exit 1"],"volumeMounts":[{"name":"d","mountPath":"/d"}]}]}}'
+wait_until '[[ $ph == Running && $ready == True ]]'
+say "kubectl label pod kuard tier=web                                -> onUpdate (label)"
+api PATCH "$pods/kuard" application/merge-patch+json '{"metadata":{"labels":{"tier":"web"}}}'
+sleep 1
+say "its container exits 1; the kubelet restarts it                 -> onUpdate (ready 1/1 -> 0/1, restarts 0 -> 1, ready 0/1 -> 1/1)"
+wait_until '[[ $restarts == 1 && $ready == True ]]'
+sleep 1
+say "kubectl delete pod kuard (grace period 3 s)                     -> onUpdate (terminating), onDelete"
+api DELETE "$pods/kuard"
+wait_until '[[ $gone == True ]]'
+sleep 1
+say "that was watch -> cache -> queue -> worker -> log line, for a pod that really ran"

@@ -1,0 +1,64 @@
+# Sourced by cluster/node/up.sh and down.sh: the node's fixed names and
+# addresses, and how the host's state is recorded before the node changes it.
+
+node_name=demo-node
+node_ip=198.18.0.10     # benchmarking range (RFC 2544): routes nowhere, unlike TEST-NET-1 it is on no link here
+pod_cidr=203.0.113.0/24 # TEST-NET-3
+pod_gateway=203.0.113.1
+dummy_if=dcn-node0
+bridge_if=dcn-br0
+containerd_sock=/run/containerd/containerd.sock
+
+# Host settings the node changes: the kubelet sets the three kernel ones on
+# start (no setting leaves them alone), the CNI bridge plugin ip_forward.
+node_sysctls=(kernel.panic kernel.panic_on_oops vm.overcommit_memory net.ipv4.ip_forward)
+# Directories the node's components create; removed at the end unless they
+# existed before.
+node_dirs=(/var/lib/kubelet /var/lib/containerd /run/containerd /var/lib/cni /var/log/pods /var/log/containers /run/netns)
+
+# pid_in DIR NAME: the pid in DIR/NAME.pid if that process is alive and its
+# command line names DIR (a recycled pid is never taken for ours).
+pid_in() {
+	local pid
+	pid=$(cat "$1/$2.pid" 2>/dev/null) || return 1
+	[[ $pid =~ ^[0-9]+$ && -r /proc/$pid/cmdline ]] || return 1
+	tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$1/" || return 1
+	echo "$pid"
+}
+
+# record_host_state HOSTDIR: what down.sh needs to put the host back.
+record_host_state() {
+	local h=$1 s d
+	for s in "${node_sysctls[@]}"; do echo "$s=$(sysctl -n "$s")"; done >"$h/sysctls"
+	iptables-save -t filter >/dev/null 2>&1 || true # make sure the tools work before relying on them
+	iptables-save >"$h/iptables"
+	ip6tables-save >"$h/ip6tables"
+	nft list tables >"$h/nft-tables" 2>/dev/null || : >"$h/nft-tables"
+	for d in "${node_dirs[@]}"; do [[ -e $d ]] && echo "$d"; done >"$h/dirs"
+	: >"$h/cgroups"
+	for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/k8s.io /sys/fs/cgroup/kubepods /sys/fs/cgroup/k8s.io; do
+		[[ -d $d ]] && echo "$d" >>"$h/cgroups"
+	done
+	touch "$h/complete"
+}
+
+# alive PID: running, not a zombie.
+alive() {
+	local stat
+	read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
+	stat=${stat##*) }
+	[[ -n $stat && ${stat%% *} != Z ]]
+}
+
+# stop PID...: SIGTERM, up to 10 s to exit, then SIGKILL.
+stop() {
+	local pid deadline
+	(($#)) || return 0
+	kill -TERM "$@" 2>/dev/null || true
+	deadline=$((SECONDS + 10))
+	for pid in "$@"; do
+		while alive "$pid" && ((SECONDS < deadline)); do sleep 0.1; done
+		alive "$pid" && kill -KILL "$pid" 2>/dev/null
+	done
+	return 0
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs the node tests (tests/node.rs, tests/node_teardown.rs; all named
+# node_*): builds the image from the unchanged Dockerfile, starts a real node
+# (cluster/node/up.sh), runs tests/node.rs against it, stops it, and then runs
+# the teardown test, which starts and kills a node of its own and checks that
+# cluster/node/down.sh left the host exactly as it was. Root only. Prints the
+# time of each stage and the memory the node used.
+#
+# Usage: cluster/node/test.sh [test name filters and libtest flags]
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$repo"
+if ((EUID != 0)); then
+	echo "node/test.sh: the node tests need root (containerd, a kubelet, a bridge, iptables): run \`make test\` as root" >&2
+	exit 1
+fi
+dir=$repo/target/test-node
+say() { echo "node/test.sh: $*" >&2; }
+trap 'bash cluster/node/down.sh --dir "$dir"' EXIT INT TERM
+
+t=$SECONDS
+bash cluster/node/deps.sh
+bash cluster/image.sh
+say "image ready in $((SECONDS - t)) s"
+t=$SECONDS
+bash cluster/node/up.sh --dir "$dir" >/dev/null
+say "node up in $((SECONDS - t)) s (binaries included)"
+export DEMO_CONTROLLER_TEST_NODE=$dir
+cargo test --locked --test node -- --include-ignored "$@"
+bash cluster/node/memory.sh "$dir" >&2 || true
+t=$SECONDS
+bash cluster/node/down.sh --dir "$dir"
+say "node down in $((SECONDS - t)) s"
+trap - EXIT INT TERM
+unset DEMO_CONTROLLER_TEST_NODE
+cargo test --locked --test node_teardown -- --include-ignored "$@"

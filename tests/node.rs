@@ -1,0 +1,538 @@
+//! demo-controller as a pod on a real node: the image built from the
+//! unchanged Dockerfile, demo-controller.yaml applied unchanged, a real kubelet
+//! and containerd running it (cluster/node/up.sh). Everything is observed the
+//! way a user would: pod status from the API, the log through the API's
+//! pods/log endpoint (as `kubectl logs`), the container's process from the host.
+//!
+//! These tests need root and the local node: `make test` as root starts it and
+//! sets DEMO_CONTROLLER_TEST_NODE; without root it reports them as not run.
+//! They share one Deployment, so they take turns (the `turn` lock).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod, Secret};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+const NS: &str = "demo-controller";
+const IGNORE: &str = "needs root and the local node: run `make test` as root";
+
+/// The node `make test` started.
+fn node_dir() -> PathBuf {
+    std::env::var_os("DEMO_CONTROLLER_TEST_NODE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("DEMO_CONTROLLER_TEST_NODE is not set: these tests need the local node; {IGNORE}"))
+}
+
+async fn admin() -> Client {
+    common::client_for(&node_dir().join("plane/kubeconfig")).await
+}
+
+/// The tests share the one Deployment: one at a time.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Polls `f` until it returns Some, up to `limit`; panics naming `what`.
+async fn until<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Applies demo-controller.yaml as it is (every object, unchanged).
+async fn apply_manifest(client: &Client) {
+    for object in common::manifest() {
+        common::apply(client, &object, false).await.expect("apply demo-controller.yaml");
+    }
+}
+
+/// The manifest applied unchanged and rolled out: the Deployment's one pod,
+/// Ready. Undoes what earlier tests changed (env, args) by applying again.
+async fn deployed(client: &Client) -> Pod {
+    apply_manifest(client).await;
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    // A test may have added env or args: the manifest's own spec back.
+    let template = common::manifest().into_iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let mut current = deploys.get("demo-controller").await.unwrap();
+    let container = &current.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+    if container.env.is_some() || container.args.as_ref().map(|a| a.len()) != Some(2) {
+        let spec = serde_json::to_value(&template["spec"]["template"]["spec"]["containers"]).unwrap();
+        deploys
+            .patch(
+                "demo-controller",
+                &PatchParams::default(),
+                &Patch::Json::<()>(
+                    serde_json::from_value(json!([
+                        { "op": "replace", "path": "/spec/template/spec/containers", "value": spec }
+                    ]))
+                    .unwrap(),
+                ),
+            )
+            .await
+            .unwrap();
+        current = deploys.get("demo-controller").await.unwrap();
+    }
+    rolled_out(client, current.metadata.generation.unwrap_or(0)).await
+}
+
+/// Waits until the Deployment has observed `generation` and its one pod is
+/// Ready (and the only pod); returns that pod.
+async fn rolled_out(client: &Client, generation: i64) -> Pod {
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    until("the Deployment to roll out", Duration::from_secs(120), || async {
+        let d = deploys.get("demo-controller").await.ok()?;
+        let status = d.status?;
+        let done = status.observed_generation? >= generation
+            && status.updated_replicas == Some(1)
+            && status.available_replicas == Some(1)
+            && status.replicas == Some(1);
+        if !done {
+            return None;
+        }
+        let list = pods.list(&ListParams::default()).await.ok()?;
+        let live: Vec<Pod> = list.items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+        (live.len() == 1 && is_ready(&live[0])).then(|| live[0].clone())
+    })
+    .await
+}
+
+fn is_ready(p: &Pod) -> bool {
+    condition(p, "Ready") == Some("True")
+}
+
+fn condition<'a>(p: &'a Pod, kind: &str) -> Option<&'a str> {
+    p.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == kind).map(|c| c.status.as_str())
+}
+
+/// The pod's log read through the API (pods/log), parsed as JSON lines.
+async fn log_of(client: &Client, pod: &str, previous: bool) -> Vec<Value> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let text = pods.logs(pod, &LogParams { previous, ..Default::default() }).await.expect("read the pod's log");
+    text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|_| json!({ "raw": l }))).collect()
+}
+
+/// Runs a command on the host (as root) and returns its stdout.
+fn host(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("run {cmd}: {e}"));
+    assert!(out.status.success(), "{cmd} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The host pid of a running container (from containerd, by the ID the pod
+/// status reports).
+fn container_pid(pod: &Pod) -> u32 {
+    let id = pod.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0]
+        .container_id
+        .as_ref()
+        .expect("a container ID")
+        .trim_start_matches("containerd://")
+        .to_string();
+    let tasks = host("ctr", &["--address", "/run/containerd/containerd.sock", "-n", "k8s.io", "task", "ls"]);
+    let line = tasks.lines().find(|l| l.starts_with(&id)).unwrap_or_else(|| panic!("no task {id} in\n{tasks}"));
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs root and the local node: run `make test` as root"]
+async fn node_deployment_rolls_out_locked_down() {
+    let _turn = TURN.lock().await;
+    let client = admin().await;
+    let pod = deployed(&client).await;
+
+    // The namespace enforces restricted: a pod that is not locked down is refused.
+    let ns = Api::<Namespace>::all(client.clone()).get(NS).await.unwrap();
+    assert_eq!(ns.metadata.labels.unwrap()["pod-security.kubernetes.io/enforce"], "restricted");
+    let loose: Pod = serde_json::from_value(json!({
+        "metadata": { "name": "loose" },
+        "spec": { "containers": [{ "name": "c", "image": "docker.io/library/busybox:local" }] }
+    }))
+    .unwrap();
+    let err = Api::<Pod>::namespaced(client.clone(), NS)
+        .create(&PostParams { dry_run: true, ..Default::default() }, &loose)
+        .await
+        .expect_err("restricted refuses a pod that is not locked down");
+    assert!(err.to_string().contains("violates PodSecurity \"restricted:latest\""), "{err}");
+
+    // The running container, seen from the host: what the kernel enforces.
+    let pid = container_pid(&pod);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field =
+        |name: &str| status.lines().find(|l| l.starts_with(name)).map(|l| l[name.len()..].trim().to_string()).unwrap();
+    assert_eq!(field("Uid:"), "65532\t65532\t65532\t65532", "{status}");
+    assert_eq!(field("Gid:"), "65532\t65532\t65532\t65532", "{status}");
+    assert_eq!(field("CapEff:"), "0000000000000000", "no capabilities");
+    assert_eq!(field("CapPrm:"), "0000000000000000", "no capabilities");
+    assert_eq!(field("CapBnd:"), "0000000000000000", "no capabilities, not even to regain");
+    assert_eq!(field("NoNewPrivs:"), "1");
+    assert_eq!(field("Seccomp:"), "2", "a seccomp filter (RuntimeDefault)");
+    let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    let root = mounts.lines().find(|l| l.split(' ').nth(4) == Some("/")).expect("a root mount");
+    assert!(root.split(' ').nth(5).unwrap().split(',').any(|o| o == "ro"), "read-only root: {root}");
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    assert_eq!(exe, PathBuf::from("/usr/local/bin/demo-controller"));
+
+    // And the pod spec says the same (RuntimeDefault by name).
+    let spec = serde_json::to_value(pod.spec.unwrap()).unwrap();
+    assert_eq!(spec["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(spec["containers"][0]["image"], "demo-controller:dev");
+}
+
+#[tokio::test]
+#[ignore = "needs root and the local node: run `make test` as root"]
+async fn node_pod_is_ready_only_after_its_cache_synced() {
+    let _turn = TURN.lock().await;
+    let client = admin().await;
+    deployed(&client).await;
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+
+    // Without its RBAC binding the new pod cannot list pods: it runs, but its
+    // cache cannot sync, so /readyz fails and the kubelet keeps it not Ready.
+    bindings.delete("demo-controller", &DeleteParams::default()).await.unwrap();
+    let restarted = restart(&deploys).await;
+    let waiting = until("a running pod that is not Ready", Duration::from_secs(90), || async {
+        let list = pods.list(&ListParams::default()).await.ok()?;
+        list.items.into_iter().find(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.metadata.annotations.as_ref().and_then(|a| a.get("kubectl.kubernetes.io/restartedAt"))
+                    == Some(&restarted)
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                && condition(p, "Ready") == Some("False")
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .is_some_and(|c| c[0].started == Some(true))
+        })
+    })
+    .await;
+    let name = waiting.metadata.name.clone().unwrap();
+    // Several readiness periods later it is still not Ready, and its log says why.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let pod = pods.get(&name).await.unwrap();
+    assert_eq!(condition(&pod, "Ready"), Some("False"), "not Ready while the cache cannot sync");
+    let lines = log_of(&client, &name, false).await;
+    assert!(!lines.iter().any(|l| l["message"] == "cache synced"), "{lines:?}");
+    assert!(lines.iter().any(|l| l["message"] == "waiting for the first list of pods (cache sync)"), "{lines:?}");
+
+    // The binding back: the list succeeds on its next retry, then the pod is Ready.
+    let granted = chrono_now();
+    apply_manifest(&client).await;
+    let pod = until("the pod to become Ready", Duration::from_secs(90), || async {
+        let p = pods.get(&name).await.ok()?;
+        is_ready(&p).then_some(p)
+    })
+    .await;
+    let lines = log_of(&client, &name, false).await;
+    let synced = lines.iter().find(|l| l["message"] == "cache synced").expect("a cache synced line");
+    let ready_at = pod
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap()
+        .last_transition_time
+        .clone()
+        .unwrap();
+    // Timestamps in RFC 3339 UTC compare as text; the condition has whole seconds.
+    let synced_at = synced["timestamp"].as_str().unwrap_or_default().to_string();
+    let ready_text = serde_json::to_value(&ready_at).unwrap().as_str().unwrap().to_string();
+    assert!(synced_at[..19] <= ready_text[..19], "Ready at {ready_text}, cache synced at {synced_at}");
+    assert!(granted[..19] <= ready_text[..19], "Ready at {ready_text}, before the binding came back at {granted}");
+}
+
+/// `kubectl rollout restart`: a new pod template annotation; returns its value.
+async fn restart(deploys: &Api<Deployment>) -> String {
+    let now = chrono_now();
+    let patch = json!({ "spec": { "template": { "metadata": { "annotations": {
+        "kubectl.kubernetes.io/restartedAt": now
+    }}}}});
+    deploys.patch("demo-controller", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    now
+}
+
+/// Now as RFC 3339 UTC with microseconds (what the logs print), from `date`.
+fn chrono_now() -> String {
+    host("date", &["-u", "+%Y-%m-%dT%H:%M:%S.%6NZ"]).trim().to_string()
+}
+
+#[tokio::test]
+#[ignore = "needs root and the local node: run `make test` as root"]
+async fn node_log_shows_a_workload_pod_that_really_runs() {
+    let _turn = TURN.lock().await;
+    let client = admin().await;
+    let controller = deployed(&client).await;
+    let controller_name = controller.metadata.name.clone().unwrap();
+    let ns = workload_namespace(&client, "workload").await;
+
+    // A workload that really runs: its first run exits 1 (so the kubelet
+    // restarts it), the second stays up; sleep as PID 1 ignores SIGTERM, so the
+    // pod stays terminating for its whole grace period when deleted.
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": { "name": "worker" },
+        "spec": {
+            "terminationGracePeriodSeconds": 3,
+            "volumes": [{ "name": "data", "emptyDir": {} }],
+            "containers": [{
+                "name": "main",
+                "image": "docker.io/library/busybox:local",
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", "if [ -e /data/ran ]; then exec sleep 3600; fi; touch /data/ran; sleep 2; exit 1"],
+                "volumeMounts": [{ "name": "data", "mountPath": "/data" }]
+            }]
+        }
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    until("the workload to restart once and run", Duration::from_secs(90), || async {
+        let p = pods.get("worker").await.ok()?;
+        let s = p.status.as_ref()?.container_statuses.as_ref()?.first()?.clone();
+        (s.restart_count == 1 && s.ready).then_some(())
+    })
+    .await;
+    pods.delete("worker", &DeleteParams::default()).await.unwrap();
+    until("the workload to be gone", Duration::from_secs(60), || async {
+        pods.get_opt("worker").await.ok()?.is_none().then_some(())
+    })
+    .await;
+
+    let lines = until("the onDelete line in the pod's log", Duration::from_secs(30), || {
+        let client = client.clone();
+        let controller_name = controller_name.clone();
+        let ns = ns.clone();
+        async move {
+            let lines: Vec<Value> =
+                log_of(&client, &controller_name, false).await.into_iter().filter(|l| l["namespace"] == ns).collect();
+            lines.iter().any(|l| l["message"].as_str().is_some_and(|m| m.starts_with("onDelete"))).then_some(lines)
+        }
+    })
+    .await;
+    let key = format!("{ns}/worker");
+    let messages: Vec<&str> = lines.iter().filter_map(|l| l["message"].as_str()).collect();
+    assert_eq!(messages.first(), Some(&format!("onAdd: {key}").as_str()), "{lines:#?}");
+    assert_eq!(messages.last(), Some(&format!("onDelete: {key}").as_str()), "{lines:#?}");
+    let changes: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["message"] == format!("onUpdate: {key}"))
+        .filter_map(|l| l["changes"].as_str())
+        .flat_map(|c| c.split(", "))
+        .collect();
+    for want in ["node <none> -> demo-node", "phase Pending -> Running", "restarts 0 -> 1", "terminating"] {
+        assert!(changes.contains(&want), "no onUpdate with '{want}' in {changes:#?}");
+    }
+    // Ready 0/1 -> 1/1 at least twice: after the start and after the restart.
+    assert!(changes.iter().filter(|c| **c == "ready 0/1 -> 1/1").count() >= 2, "{changes:#?}");
+    assert!(changes.contains(&"ready 1/1 -> 0/1"), "the exit shows as not ready: {changes:#?}");
+    Api::<Namespace>::all(client.clone()).delete(&ns, &DeleteParams::default()).await.unwrap();
+}
+
+/// A namespace for workload pods (the controller-manager gives it its
+/// `default` ServiceAccount, as on any cluster).
+async fn workload_namespace(client: &Client, prefix: &str) -> String {
+    let name = format!("{prefix}-{}", std::process::id());
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({ "metadata": { "name": name } })).unwrap();
+    api.create(&PostParams::default(), &ns).await.unwrap();
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), &name);
+    until("the namespace's default ServiceAccount", Duration::from_secs(30), || async {
+        sas.get_opt("default").await.ok()?.map(|_| ())
+    })
+    .await;
+    name
+}
+
+#[tokio::test]
+#[ignore = "needs root and the local node: run `make test` as root"]
+async fn node_rollout_restart_drains_and_exits_zero_on_sigterm() {
+    let _turn = TURN.lock().await;
+    let client = admin().await;
+    let old = deployed(&client).await;
+    let old_name = old.metadata.name.clone().unwrap();
+    let old_uid = old.metadata.uid.clone().unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), NS);
+
+    // Follow the old pod's log as `kubectl logs -f` does: the stream ends
+    // when its container exits, so it holds the very last line.
+    let stream = pods.log_stream(&old_name, &LogParams { follow: true, ..Default::default() }).await.unwrap();
+    let follow = tokio::spawn(async move {
+        use futures::AsyncBufReadExt;
+        stream.lines().filter_map(|l| async move { l.ok() }).collect::<Vec<String>>().await
+    });
+    // Watch the old pod to catch its terminated container state before the
+    // pod object is removed.
+    let mut watch =
+        pods.watch(&WatchParams::default().fields(&format!("metadata.name={old_name}")), "0").await.unwrap().boxed();
+    let started = Instant::now();
+    restart(&deploys).await;
+    let mut terminated = None;
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(60), watch.next()).await.expect("watch event") {
+        let (p, gone) = match event.unwrap() {
+            WatchEvent::Modified(p) => (p, false),
+            WatchEvent::Deleted(p) => (p, true),
+            _ => continue,
+        };
+        if p.metadata.uid.as_deref() != Some(old_uid.as_str()) {
+            continue;
+        }
+        let state = p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).map(|c| c[0].clone());
+        if let Some(t) = state.and_then(|s| s.state).and_then(|s| s.terminated) {
+            terminated = Some(t);
+            break;
+        }
+        if gone {
+            break;
+        }
+    }
+    let last_log = tokio::time::timeout(Duration::from_secs(30), follow).await.expect("the log stream ends").unwrap();
+    let took = started.elapsed();
+    let terminated = terminated.expect("saw the old container terminated");
+    assert_eq!(terminated.exit_code, 0, "exit code after SIGTERM: {terminated:?}");
+    assert!(took < Duration::from_secs(15), "exited {took:?} after the restart, grace period is 30 s");
+    let lines: Vec<Value> = last_log.iter().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let messages: Vec<&str> = lines.iter().filter_map(|l| l["message"].as_str()).collect();
+    assert!(
+        messages.contains(&"received SIGTERM: shutting down (send it again to exit at once)"),
+        "the kubelet's SIGTERM: {messages:#?}"
+    );
+    assert_eq!(messages.last(), Some(&"shutdown complete"), "{messages:#?}");
+    rolled_out(&client, deploys.get("demo-controller").await.unwrap().metadata.generation.unwrap()).await;
+}
+
+#[tokio::test]
+#[ignore = "needs root and the local node: run `make test` as root"]
+async fn node_liveness_probe_restarts_a_stuck_container() {
+    let _turn = TURN.lock().await;
+    let client = admin().await;
+    deployed(&client).await;
+    let ns = workload_namespace(&client, "stuck").await;
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+
+    // The fault seam holds the worker on one key; with --stuck-after=5s the
+    // liveness probe fails and the kubelet restarts the container.
+    let patch = json!([
+        { "op": "add", "path": "/spec/template/spec/containers/0/env", "value": [
+            { "name": "DEMO_CONTROLLER_FAULTS", "value": format!("stall={ns}/held@10m") }
+        ]},
+        { "op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--stuck-after=5s" }
+    ]);
+    let d = deploys
+        .patch("demo-controller", &PatchParams::default(), &Patch::Json::<()>(serde_json::from_value(patch).unwrap()))
+        .await
+        .unwrap();
+    let pod = rolled_out(&client, d.metadata.generation.unwrap()).await;
+    let name = pod.metadata.name.clone().unwrap();
+    let held: Pod = serde_json::from_value(json!({
+        "metadata": { "name": "held" },
+        "spec": { "containers": [{ "name": "c", "image": "docker.io/library/busybox:local",
+                                   "imagePullPolicy": "Never", "command": ["sleep", "3600"] }] }
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), &ns).create(&PostParams::default(), &held).await.unwrap();
+
+    let restarted = until("the kubelet to restart the stuck container", Duration::from_secs(150), || async {
+        let p = pods.get(&name).await.ok()?;
+        let s = p.status?.container_statuses?.first()?.clone();
+        (s.restart_count >= 1).then_some(s)
+    })
+    .await;
+    restarted.last_state.and_then(|s| s.terminated).expect("the killed container's last state");
+    // The kubelet stopped it (SIGTERM) and said why.
+    let previous = log_of(&client, &name, true).await;
+    assert!(
+        previous.iter().any(|l| l["message"].as_str().is_some_and(|m| m.starts_with("received SIGTERM"))),
+        "the kubelet stopped it: {previous:#?}"
+    );
+    let events: Vec<String> = Api::<Event>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| format!("{}: {}", e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect();
+    let events = events.join("\n");
+    assert!(events.contains("Liveness probe failed: HTTP probe failed with statuscode: 503"), "{events}");
+    assert!(events.contains("failed liveness probe, will be restarted"), "{events}");
+    Api::<Namespace>::all(client.clone()).delete(&ns, &DeleteParams::default()).await.unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs root and the local node: run `make test` as root"]
+async fn node_service_account_token_reads_pods_only() {
+    let _turn = TURN.lock().await;
+    let client = admin().await;
+    let pod = deployed(&client).await;
+    // The very token the kubelet projected into the running pod, read from the
+    // pod's volume on this node (the tests run as root on the node).
+    let uid = pod.metadata.uid.clone().unwrap();
+    let volumes = PathBuf::from(format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~projected"));
+    let dir = std::fs::read_dir(&volumes).unwrap().next().expect("a projected volume").unwrap().path();
+    let token = std::fs::read_to_string(dir.join("token")).unwrap();
+    let ca = std::fs::read_to_string(dir.join("ca.crt")).unwrap();
+    assert!(!token.is_empty());
+
+    let server = {
+        let text = std::fs::read_to_string(node_dir().join("plane/env")).unwrap();
+        text.lines().find_map(|l| l.strip_prefix("APISERVER_URL=")).unwrap().to_string()
+    };
+    let mut config = kube::Config::new(server.parse().unwrap());
+    config.auth_info.token = Some(token.trim().to_string().into());
+    config.root_cert = Some(vec![pem_to_der(&ca)]);
+    let sa = Client::try_from(config).unwrap();
+
+    // What the logger needs: list and watch pods in every namespace.
+    let all: Api<Pod> = Api::all(sa.clone());
+    let list = all.list(&ListParams::default().limit(5)).await.expect("list pods");
+    assert!(!list.items.is_empty());
+    let rv = list.metadata.resource_version.clone().unwrap();
+    let mut watch = all.watch(&WatchParams::default().timeout(1), &rv).await.expect("watch pods").boxed();
+    while let Some(e) = watch.next().await {
+        e.expect("a watch event, not an error");
+    }
+    // Nothing else: no secrets, no writes.
+    let forbidden = |r: Result<_, kube::Error>| match r {
+        Err(kube::Error::Api(s)) => s.code == 403,
+        _ => false,
+    };
+    assert!(forbidden(Api::<Secret>::namespaced(sa.clone(), NS).list(&ListParams::default()).await.map(|_| ())));
+    assert!(forbidden(Api::<Secret>::all(sa.clone()).list(&ListParams::default()).await.map(|_| ())));
+    let mine: Api<Pod> = Api::namespaced(sa.clone(), NS);
+    let name = pod.metadata.name.clone().unwrap();
+    assert!(forbidden(mine.delete(&name, &DeleteParams::default()).await.map(|_| ())));
+    let patch = json!({ "metadata": { "labels": { "x": "y" } } });
+    assert!(forbidden(mine.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| ())));
+    let new: Pod = serde_json::from_value(json!({ "metadata": { "name": "x" },
+        "spec": { "containers": [{ "name": "c", "image": "x" }] } }))
+    .unwrap();
+    assert!(forbidden(mine.create(&PostParams::default(), &new).await.map(|_| ())));
+}
+
+fn pem_to_der(pem: &str) -> Vec<u8> {
+    use base64::Engine;
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    base64::engine::general_purpose::STANDARD.decode(body).unwrap()
+}
