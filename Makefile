@@ -19,9 +19,9 @@ demo: ## No cluster? Start a local one, show onAdd/onUpdate/onDelete, clean up
 test: lint ## Lint, then every unit and end-to-end test against a real local control plane
 	bash cluster/test.sh
 
-lint: ## cargo fmt --check and clippy with warnings as errors
+lint: ## cargo fmt --check and clippy with warnings as errors (the bench harness too)
 	cargo fmt --all -- --check
-	cargo clippy --all-targets --locked -- -D warnings
+	cargo clippy --all-targets --workspace --locked -- -D warnings
 
 image: ## Build the container image
 	docker build -t $(IMAGE) .
@@ -41,5 +41,5 @@ cluster-up: ## Start the local control plane (prints export KUBECONFIG=...)
 cluster-down: ## Stop the local control plane and remove its state
 	bash cluster/down.sh --dir $(CLUSTER_DIR)
 
-bench: ## Side-by-side benchmark with the client-go baseline (minutes; writes bench/results.md)
+bench: ## Benchmark against client-go, kube-rs and the floors (~30 min; ARGS=--with-100k; writes bench/results.md)
 	bash bench/run.sh $(ARGS)
