@@ -333,9 +333,11 @@ pub fn markdown(r: &Results, f: &Facts) -> String {
          `applied`). The bare watch sees the same events at the same time: **lag added** is, per pod, the \
          logger's line minus the bare watch's line. A lag can be slightly negative (the event may reach a client \
          before the create's response reaches the harness). Burst pods carry the same spec, no status.\n\
-         - **relist**: after the burst, etcd is compacted and kube-apiserver restarted; each client's watch resumes \
-         with an old resourceVersion, gets 410 Gone and lists again. VmHWM is reset (clear_refs) just before, and \
-         read once the logger logged the 410, used at least half its first list's CPU again and went quiet.\n\n\
+         - **relist**: after the burst, etcd gets one write and is compacted, and kube-apiserver is killed and \
+         started again; each client's watch resumes with a resourceVersion older than the new watch cache, gets \
+         410 Gone and lists again. VmHWM is reset (clear_refs) just before, and read once the logger has used at \
+         least half its first list's CPU again and gone quiet (client-go logs the 410 only at -v=4, so the CPU \
+         is the signal). demo-controller waits out its watch-error backoff before it relists.\n\n\
          ![RSS per pod and sync time against N, and the burst-lag distribution](results.svg)\n",
         command = f.command,
         date = f.date,

@@ -147,27 +147,45 @@ struct Object<'a> {
 
 #[derive(Deserialize)]
 struct Meta<'a> {
-    name: &'a str,
-    namespace: &'a str,
+    name: Option<&'a str>,
+    namespace: Option<&'a str>,
+    #[serde(rename = "resourceVersion")]
+    resource_version: Option<&'a str>,
 }
 
 async fn watch(client: &Client, start: Instant) -> Result<(), Error> {
     let text = client.request_text(http::Request::get("/api/v1/pods?limit=1").body(Vec::new())?).await?;
-    let rv = serde_json::from_str::<Page>(&text)?.metadata.resource_version.unwrap_or_default();
-    let uri = format!("/api/v1/pods?watch=true&resourceVersion={rv}");
-    let mut body = std::pin::pin!(client.request_stream(http::Request::get(uri).body(Vec::new())?).await?);
-    println!("cache synced pods=0 elapsed_ms={}", start.elapsed().as_millis());
+    let mut rv = serde_json::from_str::<Page>(&text)?.metadata.resource_version.unwrap_or_default();
     let mut out = std::io::stdout().lock();
     let mut line = String::new();
-    loop {
-        line.clear();
-        if body.read_line(&mut line).await? == 0 {
-            return Err("the watch ended".into());
-        }
-        let event: Event = serde_json::from_str(&line)?;
-        if event.kind == "ADDED" {
-            writeln!(out, "onAdd: {}/{}", event.object.metadata.namespace, event.object.metadata.name)?;
+    // The server may end a watch at any time (a timeout, a client too slow
+    // for its buffer): watch again from the last resourceVersion seen, as
+    // every informer does.
+    for attempt in 0.. {
+        let uri = format!("/api/v1/pods?watch=true&resourceVersion={rv}");
+        let mut body = std::pin::pin!(client.request_stream(http::Request::get(uri).body(Vec::new())?).await?);
+        if attempt == 0 {
+            writeln!(out, "cache synced pods=0 elapsed_ms={}", start.elapsed().as_millis())?;
             out.flush()?;
         }
+        loop {
+            line.clear();
+            if body.read_line(&mut line).await? == 0 {
+                break;
+            }
+            let event: Event = serde_json::from_str(&line)?;
+            if event.kind == "ERROR" {
+                return Err(format!("the watch failed: {}", line.trim()).into());
+            }
+            if event.kind == "ADDED" {
+                let meta = &event.object.metadata;
+                writeln!(out, "onAdd: {}/{}", meta.namespace.unwrap_or_default(), meta.name.unwrap_or_default())?;
+                out.flush()?;
+            }
+            if let Some(v) = event.object.metadata.resource_version {
+                rv = v.to_string();
+            }
+        }
     }
+    Ok(())
 }
