@@ -152,6 +152,11 @@ async fn main() {
         estimate(&opts, &available)
     );
 
+    if opts.populate_only {
+        let namespaces = cluster::create_pods(&client, opts.sizes[0]).await;
+        eprintln!("bench: left {} pods in {}", opts.sizes[0], namespaces.join(", "));
+        return;
+    }
     let pods = cluster::count_pods(&client).await;
     if pods != 0 {
         eprintln!(
@@ -160,11 +165,6 @@ async fn main() {
         std::process::exit(1);
     }
     let started = Instant::now();
-    if opts.populate_only {
-        let namespaces = cluster::create_pods(&client, opts.sizes[0]).await;
-        eprintln!("bench: left {} pods in {}", opts.sizes[0], namespaces.join(", "));
-        return;
-    }
     let mut base_mib = BTreeMap::new();
     for &peer in available.iter().filter(|p| p.is_logger()) {
         let rss = measure::base_rss(&bins, peer, &settings).await;
