@@ -35,6 +35,9 @@ use crate::measure::{Settings, percentile};
 use crate::peers::{Binaries, FLOORS, LOGGERS, Peer};
 use crate::report::{Facts, Results, SizeRow, thousands};
 
+/// How often each floor is measured at each N; the fastest try is the floor.
+const FLOOR_TRIES: usize = 3;
+
 #[derive(Parser, Debug)]
 #[command(about = "Benchmark demo-controller against its peers and the floors (see bench/run.sh)")]
 struct Opts {
@@ -180,6 +183,9 @@ async fn main() {
         previous = cluster::create_pods(&client, n).await;
         let total = cluster::count_pods(&client).await;
         assert_eq!(total, n, "the cluster should hold exactly {n} pods, it holds {total}");
+        // The creates leave the API server busy for a moment (its caches,
+        // etcd's compaction of the revisions); the first peer should not pay for it.
+        tokio::time::sleep(Duration::from_secs(5)).await;
         if pod.json == 0 {
             pod = cluster::pod_size(&client, &previous[0]).await;
             eprintln!("bench: one pod is {} bytes of JSON, {} kept by demo-controller", pod.json, pod.kept);
@@ -187,7 +193,19 @@ async fn main() {
         let mut row = SizeRow { n, m: BTreeMap::new() };
         for &peer in &available {
             eprintln!("bench: N={n}: {} ({:.0} s into the run)", peer.label(), started.elapsed().as_secs_f64());
-            let m = measure::measure(&client, &bins, peer, n, &settings).await;
+            let m = if peer.is_logger() {
+                measure::measure(&client, &bins, peer, n, &settings).await
+            } else {
+                // A floor is the best the machine can do: the fastest of three tries.
+                let mut best: Option<measure::Measurement> = None;
+                for _ in 0..FLOOR_TRIES {
+                    let m = measure::measure(&client, &bins, peer, n, &settings).await;
+                    if best.as_ref().is_none_or(|b| m.sync_ms < b.sync_ms) {
+                        best = Some(m);
+                    }
+                }
+                best.expect("at least one try")
+            };
             eprintln!(
                 "bench: N={n}: {}: synced in {:.0} ms, {:.1} MiB steady, lag p99 {} ms",
                 peer.label(),

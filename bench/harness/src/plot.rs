@@ -6,7 +6,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::peers::{FLOORS, LOGGERS, Peer};
-use crate::report::{Results, SizeRow};
+use crate::report::{Results, SizeRow, thousands};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -49,7 +49,14 @@ pub fn draw(r: &Results, path: &Path) -> Result<(), Error> {
         .x_label_area_size(40)
         .y_label_area_size(60)
         .build_cartesian_2d(x_range.clone().log_scale(), 0.0..top * 1.15)?;
-    chart.configure_mesh().x_desc("pods in the cluster (N)").y_desc("bytes per pod").label_style(FONT).draw()?;
+    chart
+        .configure_mesh()
+        .x_desc("pods in the cluster (N)")
+        .y_desc("bytes per pod")
+        .x_label_formatter(&|v| thousands(v.round() as usize))
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .label_style(FONT)
+        .draw()?;
     for (peer, points) in &per_pod {
         line(&mut chart, points, colour(*peer), peer.label())?;
     }
@@ -66,7 +73,14 @@ pub fn draw(r: &Results, path: &Path) -> Result<(), Error> {
         .x_label_area_size(40)
         .y_label_area_size(60)
         .build_cartesian_2d(x_range.log_scale(), 0.0..top * 1.15)?;
-    chart.configure_mesh().x_desc("pods in the cluster (N)").y_desc("ms").label_style(FONT).draw()?;
+    chart
+        .configure_mesh()
+        .x_desc("pods in the cluster (N)")
+        .y_desc("ms")
+        .x_label_formatter(&|v| thousands(v.round() as usize))
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .label_style(FONT)
+        .draw()?;
     for (peer, points) in &sync {
         line(&mut chart, points, colour(*peer), peer.label())?;
     }

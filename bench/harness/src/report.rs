@@ -316,7 +316,7 @@ pub fn markdown(r: &Results, f: &Facts) -> String {
          - **time to cache synced**: spawn to the line containing `cache synced` (process start, TLS, the whole \
          list). **/ sync floor**: divided by the floor of the same list mode (streaming: {demo_mode}\
          client-go with WatchList on; paged: the others).\n\
-         - **floors**: `bench-floor list` reads every page of a LIST (500 a page) and drops it; `bench-floor stream` \
+         - **floors**: each is measured three times at each N and the fastest try is kept. `bench-floor list` reads every page of a LIST (500 a page) and drops it; `bench-floor stream` \
          reads the streaming list to its initial-events-end bookmark and drops it; `bench-floor watch` prints one \
          line per ADDED event and runs beside each logger during its burst. The memory floor is the smallest \
          logger's VmRSS with 0 pods plus N times the bytes of the field values demo-controller keeps.\n\
