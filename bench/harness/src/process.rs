@@ -262,3 +262,22 @@ pub fn reset_peak(pid: u32) {
 pub fn send_signal(pid: u32, signal: &str) {
     let _ = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn added_key_reads_every_peers_add_line() {
+        let demo = r#"2026-11-22T06:08:00.889Z  INFO onAdd: ns-1/web-000001 namespace="ns-1" name="web-000001""#;
+        assert_eq!(added_key(demo), Some("ns-1/web-000001"));
+        assert_eq!(added_key("2026/11/22 06:08:00.889000 onAdd: ns/p"), Some("ns/p"));
+        assert_eq!(added_key("2026-11-22T06:08:00Z  INFO kube_rs_logger: applied: ns/p.x"), Some("ns/p.x"));
+        assert_eq!(added_key("onUpdate: ns/p"), None);
+    }
+
+    #[test]
+    fn strip_ansi_removes_colour_codes_and_the_newline() {
+        assert_eq!(strip_ansi("\u{1b}[32m INFO\u{1b}[0m onAdd: a/b\n"), " INFO onAdd: a/b");
+    }
+}

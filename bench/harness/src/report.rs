@@ -358,3 +358,23 @@ pub fn markdown(r: &Results, f: &Facts) -> String {
         concurrency = crate::cluster::CONCURRENCY,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(10_000), "10,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn a_ratio_needs_both_values_and_a_positive_base() {
+        assert_eq!(ratio(Some(1.0), Some(4.0)), Some(0.25));
+        assert_eq!(ratio(None, Some(4.0)), None);
+        assert_eq!(ratio(Some(1.0), Some(0.0)), None);
+    }
+}
