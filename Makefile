@@ -21,7 +21,9 @@ test: lint ## Lint, then every unit and end-to-end test against a real local con
 
 lint: ## cargo fmt --check and clippy with warnings as errors (the bench harness too)
 	cargo fmt --all -- --check
-	cargo clippy --all-targets --workspace --locked -- -D warnings
+	cargo fmt --manifest-path bench/harness/Cargo.toml --all -- --check
+	cargo clippy --all-targets --locked -- -D warnings
+	CARGO_TARGET_DIR=$(CURDIR)/target cargo clippy --manifest-path bench/harness/Cargo.toml --all-targets --locked -- -D warnings
 
 image: ## Build the container image
 	docker build -t $(IMAGE) .

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: demo-controller against the client-go logger (WatchList on and
 # off), the kube-rs idiomatic logger and the floors, on a dedicated local
-# control plane. Builds every peer and the harness (the bench/harness crate of
-# the workspace), starts the control plane in target/bench-cluster, runs the
+# control plane. Builds every peer and the harness (bench/harness, a crate and
+# workspace of its own), starts the control plane in target/bench-cluster, runs the
 # harness and always stops the control plane again, also on Ctrl-C (the
 # harness first kills its peers and deletes what it created).
 # The harness prints the tables and writes bench/results.md and
@@ -45,7 +45,10 @@ trap 'exit 130' INT
 trap 'exit 143' TERM HUP
 
 say "building demo-controller, the kube-rs logger, the floors and the harness (release)"
-cargo build --release --locked --workspace
+cargo build --release --locked
+# The harness is a workspace of its own (see bench/harness/Cargo.toml), built
+# into this repo's target/ so the dependencies both share compile once.
+CARGO_TARGET_DIR=$repo/target cargo build --release --locked --manifest-path bench/harness/Cargo.toml
 
 say "building the client-go baseline logger"
 [[ -f bench/build-go-logger.sh ]] || { say "error: bench/build-go-logger.sh is missing"; exit 1; }
