@@ -20,9 +20,11 @@ demo: ## No cluster? Start a local one, show onAdd/onUpdate/onDelete, clean up
 test: lint ## Lint, then every unit and end-to-end test against a real local control plane
 	bash cluster/test.sh
 
-lint: ## cargo fmt --check and clippy with warnings as errors
+lint: ## cargo fmt --check and clippy with warnings as errors (the bench harness too)
 	cargo fmt --all -- --check
+	cargo fmt --manifest-path bench/harness/Cargo.toml --all -- --check
 	cargo clippy --all-targets --locked -- -D warnings
+	CARGO_TARGET_DIR=$(CURDIR)/target cargo clippy --manifest-path bench/harness/Cargo.toml --all-targets --locked -- -D warnings
 
 image: ## Build the container image from the Dockerfile (docker or podman; local stand-in bases where none can be pulled)
 	bash cluster/image.sh $(IMAGE)
@@ -43,7 +45,7 @@ cluster-up: ## Start the local control plane (prints export KUBECONFIG=...)
 cluster-down: ## Stop the local control plane and remove its state
 	bash cluster/down.sh --dir $(CLUSTER_DIR)
 
-bench: ## Side-by-side benchmark with the client-go baseline (minutes; writes bench/results.md)
+bench: ## Benchmark against client-go, kube-rs and the floors (~30 min; ARGS=--with-100k; writes bench/results.md)
 	bash bench/run.sh $(ARGS)
 
 node-up: ## As root: start a real one-node cluster (containerd + kubelet; prints export KUBECONFIG=...)

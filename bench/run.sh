@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# `make bench`: demo-controller against the client-go baseline logger on a
-# dedicated local control plane. Builds both loggers and the harness
-# (examples/bench.rs), starts the control plane in target/bench-cluster, runs
-# the harness and always stops the control plane again, also on Ctrl-C.
-# The harness prints a markdown table and writes bench/results.md and
-# bench/results.svg.
+# `make bench`: demo-controller against the client-go logger (WatchList on and
+# off), the kube-rs idiomatic logger and the floors, on a dedicated local
+# control plane. Builds every peer and the harness (bench/harness, a crate and
+# workspace of its own), starts the control plane in target/bench-cluster, runs the
+# harness and always stops the control plane again, also on Ctrl-C (the
+# harness first kills its peers and deletes what it created).
+# The harness prints the tables and writes bench/results.md and
+# bench/results.svg; it prints an estimate of its run time when it starts.
 #
-# Usage: bench/run.sh [--sizes 1000,10000] [--burst 5000] [--idle 60s] [--out bench]
+# Usage: bench/run.sh [--sizes 1000,10000] [--with-100k] [--burst 5000] [--idle 60s]
+#                     [--resync-margin 40s] [--conditions TEXT] [--out bench]
 #
-# The default run takes about ten minutes on 2 cores. For a quick look:
-#     bench/run.sh --sizes 200 --burst 300 --idle 5s --out target/bench-quick
+# The default run takes about half an hour on 2 cores. For a quick look:
+#     bench/run.sh --sizes 200,1000 --burst 300 --idle 3s --resync-margin 12s --out target/bench-quick
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -41,9 +44,11 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM HUP
 
-say "building demo-controller and the harness (release)"
+say "building demo-controller, the kube-rs logger, the floors and the harness (release)"
 cargo build --release --locked
-cargo build --release --locked --example bench
+# The harness is a workspace of its own (see bench/harness/Cargo.toml), built
+# into this repo's target/ so the dependencies both share compile once.
+CARGO_TARGET_DIR=$repo/target cargo build --release --locked --manifest-path bench/harness/Cargo.toml
 
 say "building the client-go baseline logger"
 [[ -f bench/build-go-logger.sh ]] || { say "error: bench/build-go-logger.sh is missing"; exit 1; }
@@ -57,7 +62,6 @@ bash cluster/up.sh --dir "$dir" >/dev/null
 BENCH_COMMAND=bench/run.sh
 (($#)) && BENCH_COMMAND+=$(printf ' %q' "$@")
 export BENCH_COMMAND
-target/release/examples/bench --kubeconfig "$dir/kubeconfig" \
-	--rust-logger target/release/demo-controller --go-logger "$go_logger" "$@" &
+target/release/bench --kubeconfig "$dir/kubeconfig" --cluster-dir "$dir" --go-logger "$go_logger" "$@" &
 bench=$!
 wait "$bench"

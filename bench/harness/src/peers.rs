@@ -1,0 +1,135 @@
+//! The peers: the loggers compared, and the bare clients that measure the floors.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// Everything `make bench` runs, in the order it runs them at each N.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Peer {
+    /// bench-floor list: paged LIST, bytes thrown away.
+    FloorList,
+    /// bench-floor stream: streaming list, bytes thrown away.
+    FloorStream,
+    /// demo-controller with its defaults.
+    Demo,
+    /// demo-controller --paged-list (when the binary has the flag).
+    DemoPaged,
+    /// The client-go logger, WatchListClient on (client-go's default).
+    GoWatchList,
+    /// The client-go logger, KUBE_FEATURE_WatchListClient=false.
+    GoPaged,
+    /// The kube-rs idiomatic logger.
+    KubeRs,
+}
+
+pub const LOGGERS: [Peer; 5] = [Peer::Demo, Peer::DemoPaged, Peer::GoWatchList, Peer::GoPaged, Peer::KubeRs];
+pub const FLOORS: [Peer; 2] = [Peer::FloorList, Peer::FloorStream];
+
+impl Peer {
+    /// The column header in results.md and the plot legend.
+    pub fn label(self) -> &'static str {
+        match self {
+            Peer::FloorList => "floor: bare paged LIST",
+            Peer::FloorStream => "floor: bare streaming list",
+            Peer::Demo => "demo-controller",
+            Peer::DemoPaged => "demo-controller --paged-list",
+            Peer::GoWatchList => "client-go (WatchList on)",
+            Peer::GoPaged => "client-go (WatchList off)",
+            Peer::KubeRs => "kube-rs idiomatic",
+        }
+    }
+
+    /// For file names.
+    pub fn slug(self) -> &'static str {
+        match self {
+            Peer::FloorList => "floor-list",
+            Peer::FloorStream => "floor-stream",
+            Peer::Demo => "demo-controller",
+            Peer::DemoPaged => "demo-controller-paged",
+            Peer::GoWatchList => "client-go-watchlist",
+            Peer::GoPaged => "client-go-paged",
+            Peer::KubeRs => "kube-rs",
+        }
+    }
+
+    pub fn is_logger(self) -> bool {
+        LOGGERS.contains(&self)
+    }
+
+    /// Whether it has a resync period (kube-rs has none; the floors do not cache).
+    pub fn has_resync(self) -> bool {
+        matches!(self, Peer::Demo | Peer::DemoPaged | Peer::GoWatchList | Peer::GoPaged)
+    }
+}
+
+/// The binaries, and which peers this run has.
+pub struct Binaries {
+    pub demo: PathBuf,
+    pub kube_rs: PathBuf,
+    pub floor: PathBuf,
+    pub go: Option<PathBuf>,
+    /// demo-controller accepts --paged-list (found in its --help).
+    pub demo_paged: bool,
+}
+
+impl Binaries {
+    pub fn new(demo: PathBuf, kube_rs: PathBuf, floor: PathBuf, go: Option<PathBuf>) -> Binaries {
+        for path in [&demo, &kube_rs, &floor].into_iter().chain(go.as_ref()) {
+            assert!(path.is_file(), "{} does not exist: build it first (bench/run.sh does)", path.display());
+        }
+        let help = Command::new(&demo).arg("--help").output().expect("run demo-controller --help");
+        let demo_paged = String::from_utf8_lossy(&help.stdout).contains("--paged-list");
+        Binaries { demo, kube_rs, floor, go, demo_paged }
+    }
+
+    /// The peers this run measures; the others are reported as n/a.
+    pub fn available(&self, peer: Peer) -> bool {
+        match peer {
+            Peer::DemoPaged => self.demo_paged,
+            Peer::GoWatchList | Peer::GoPaged => self.go.is_some(),
+            _ => true,
+        }
+    }
+
+    /// The command line for `peer`, with the resync period `resync` for those that have one.
+    pub fn command(&self, peer: Peer, kubeconfig: &Path, resync: Duration) -> Command {
+        let resync = format!("{}s", resync.as_secs());
+        let mut cmd = match peer {
+            Peer::FloorList | Peer::FloorStream => {
+                let mut cmd = Command::new(&self.floor);
+                cmd.arg(if peer == Peer::FloorList { "list" } else { "stream" });
+                cmd
+            }
+            Peer::Demo | Peer::DemoPaged => {
+                let mut cmd = Command::new(&self.demo);
+                cmd.args(["--probe-addr", "0", "--metrics-addr", "0", "--log-format", "text", "--resync", &resync]);
+                if peer == Peer::DemoPaged {
+                    cmd.arg("--paged-list");
+                }
+                cmd
+            }
+            Peer::GoWatchList | Peer::GoPaged => {
+                let mut cmd = Command::new(self.go.as_ref().expect("the go logger"));
+                cmd.args(["--resync", &resync]);
+                // On: client-go's own default, so the variable is left unset.
+                match peer {
+                    Peer::GoPaged => cmd.env("KUBE_FEATURE_WatchListClient", "false"),
+                    _ => cmd.env_remove("KUBE_FEATURE_WatchListClient"),
+                };
+                cmd
+            }
+            Peer::KubeRs => Command::new(&self.kube_rs),
+        };
+        // Every peer at its default log level, without colours.
+        cmd.arg("--kubeconfig").arg(kubeconfig).env_remove("KUBECONFIG").env_remove("RUST_LOG").env("NO_COLOR", "1");
+        cmd
+    }
+
+    /// The bare watch that sets the lag floor during a burst.
+    pub fn floor_watch(&self, kubeconfig: &Path) -> Command {
+        let mut cmd = Command::new(&self.floor);
+        cmd.arg("watch").arg("--kubeconfig").arg(kubeconfig).env_remove("KUBECONFIG");
+        cmd
+    }
+}
