@@ -16,25 +16,5 @@ while (($#)); do
 	esac
 done
 
-# alive PID: running, not a zombie waiting for its parent to reap it.
-alive() {
-	local stat
-	read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
-	stat=${stat##*) } # the state follows the command name, which may hold spaces
-	[[ -n $stat && ${stat%% *} != Z ]]
-}
-
-# stop PID...: SIGTERM, up to 10 s to exit, then SIGKILL.
-stop() {
-	local pid deadline
-	(($#)) || return 0
-	kill -TERM "$@" 2>/dev/null || true
-	deadline=$((SECONDS + 10))
-	for pid in "$@"; do
-		while alive "$pid" && ((SECONDS < deadline)); do sleep 0.1; done
-		if alive "$pid"; then
-			log "pid $pid ignored SIGTERM for 10 s; killing it"
-			kill -KILL "$pid" 2>/dev/null || true
-		fi
-	done
-}
+# alive, stop and pid_in, shared with the node's scripts.
+source "$here/proc.sh"

@@ -66,16 +66,8 @@ while :; do
 done
 export LOCAL_CLUSTER_LOCK_HELD=$dir # tells down.sh (called below) that we hold it
 
-# pid_of NAME: the pid in DIR/NAME.pid if that process is alive and is one of
-# this DIR's processes (its command line names DIR), so a recycled pid is never
-# mistaken for ours; fails otherwise.
-pid_of() {
-	local pid
-	pid=$(cat "$dir/$1.pid" 2>/dev/null) || return 1
-	[[ $pid =~ ^[0-9]+$ ]] || return 1
-	tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$dir/" || return 1
-	echo "$pid"
-}
+# pid_of NAME: the pid of this DIR's NAME, if it runs (see pid_in in proc.sh).
+pid_of() { pid_in "$dir" "$1"; }
 
 curl_admin() {
 	curl -sS --max-time 3 --cacert "$dir/pki/ca.crt" --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key" "$@"

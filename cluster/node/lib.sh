@@ -9,22 +9,15 @@ dummy_if=dcn-node0
 bridge_if=dcn-br0
 containerd_sock=/run/containerd/containerd.sock
 
+# alive, stop and pid_in: the same helpers as the control plane's scripts.
+source "$(dirname "${BASH_SOURCE[0]}")/../proc.sh"
+
 # Host settings the node changes: the kubelet sets the three kernel ones on
 # start (no setting leaves them alone), the CNI bridge plugin ip_forward.
 node_sysctls=(kernel.panic kernel.panic_on_oops vm.overcommit_memory net.ipv4.ip_forward)
 # Directories the node's components create; removed at the end unless they
 # existed before.
 node_dirs=(/var/lib/kubelet /var/lib/containerd /run/containerd /var/lib/cni /var/log/pods /var/log/containers /run/netns)
-
-# pid_in DIR NAME: the pid in DIR/NAME.pid if that process is alive and its
-# command line names DIR (a recycled pid is never taken for ours).
-pid_in() {
-	local pid
-	pid=$(cat "$1/$2.pid" 2>/dev/null) || return 1
-	[[ $pid =~ ^[0-9]+$ && -r /proc/$pid/cmdline ]] || return 1
-	tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$1/" || return 1
-	echo "$pid"
-}
 
 # record_host_state HOSTDIR: what down.sh needs to put the host back.
 record_host_state() {
@@ -42,23 +35,3 @@ record_host_state() {
 	touch "$h/complete"
 }
 
-# alive PID: running, not a zombie.
-alive() {
-	local stat
-	read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
-	stat=${stat##*) }
-	[[ -n $stat && ${stat%% *} != Z ]]
-}
-
-# stop PID...: SIGTERM, up to 10 s to exit, then SIGKILL.
-stop() {
-	local pid deadline
-	(($#)) || return 0
-	kill -TERM "$@" 2>/dev/null || true
-	deadline=$((SECONDS + 10))
-	for pid in "$@"; do
-		while alive "$pid" && ((SECONDS < deadline)); do sleep 0.1; done
-		alive "$pid" && kill -KILL "$pid" 2>/dev/null
-	done
-	return 0
-}
