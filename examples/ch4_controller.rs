@@ -324,5 +324,16 @@ async fn on_signal(shutdown: CancellationToken) {
 //   every `Init`): src/informer.rs `Backoff`, `run`.
 // - Several workers, a drain with a time limit, a second signal to exit at
 //   once: src/controller.rs `Controller::run`, src/main.rs `handle_signals`.
+// - A sync that fails half-way losing what it read: src/worker.rs
+//   `Worker::sync` reads, acts, and only then commits (src/informer.rs
+//   `Cache::commit`), so a retried sync still logs the onDelete.
+// - A network path that accepts and never answers: src/client.rs
+//   `READ_TIMEOUT` and src/informer.rs `WATCH_TIMEOUT_SECS` abandon a silent
+//   request and retry it; this chapter would wait forever.
+// - A pod relabelled out of a --selector, which the server reports as
+//   DELETED: src/informer.rs `Cache::left_selector`, src/worker.rs
+//   `Worker::sync` log it with reason="no longer matches the selector".
+// - Streaming lists with a fallback to a paged LIST where the server refuses
+//   them: src/informer.rs `run`.
 // - Readiness and liveness probes and metrics: src/probes.rs, src/metrics.rs.
 // - Clear errors for a bad kubeconfig or selector: src/client.rs.
