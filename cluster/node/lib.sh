@@ -12,6 +12,21 @@ containerd_sock=/run/containerd/containerd.sock
 # alive, stop and pid_in: the same helpers as the control plane's scripts.
 source "$(dirname "${BASH_SOURCE[0]}")/../proc.sh"
 
+# parse_dir ARGS...: the scripts' one option, --dir DIR (default
+# <repo>/target/local-node; the caller sets repo); -h/--help prints the
+# calling script's header comment.
+parse_dir() {
+	dir=$repo/target/local-node
+	while (($#)); do
+		case $1 in
+		--dir) dir=${2:?--dir needs a directory}; shift 2 ;;
+		--dir=*) dir=${1#--dir=}; shift ;;
+		-h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2; exit 0 ;;
+		*) echo "usage: $0 [--dir DIR]" >&2; exit 2 ;;
+		esac
+	done
+}
+
 # Host settings the node changes: the kubelet sets the three kernel ones on
 # start (no setting leaves them alone), the CNI bridge plugin ip_forward.
 node_sysctls=(kernel.panic kernel.panic_on_oops vm.overcommit_memory net.ipv4.ip_forward)

@@ -29,22 +29,14 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 log() { echo "node/up.sh: $*" >&2; }
 
-dir=$repo/target/local-node
-while (($#)); do
-	case $1 in
-	--dir) dir=${2:?--dir needs a directory}; shift 2 ;;
-	--dir=*) dir=${1#--dir=}; shift ;;
-	-h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2; exit 0 ;;
-	*) echo "usage: $0 [--dir DIR]" >&2; exit 2 ;;
-	esac
-done
+source "$here/lib.sh"
+parse_dir "$@"
 
 if ((EUID != 0)); then
 	echo "error: the local node needs root (it runs containerd and a kubelet, and sets up a bridge and iptables rules): run this as root" >&2
 	exit 1
 fi
 
-source "$here/lib.sh"
 
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
