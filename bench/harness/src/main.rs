@@ -62,6 +62,13 @@ struct Opts {
     #[arg(long, default_value = "40s", value_parser = humantime::parse_duration)]
     resync_margin: Duration,
 
+    /// Only these peers, by their log-file names (demo-controller,
+    /// demo-controller-paged, client-go-watchlist, client-go-paged, kube-rs,
+    /// floor-list, floor-stream), comma-separated; the rest are n/a. For
+    /// before-and-after comparisons with --out elsewhere, not for results.md
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<String>,
+
     /// Directory for results.md and results.svg
     #[arg(long, default_value = "bench")]
     out: PathBuf,
@@ -135,7 +142,14 @@ async fn main() {
         opts.go_logger.clone(),
     );
     let control_plane = opts.cluster_dir.clone().map(|dir| ControlPlane { dir });
-    let available: Vec<Peer> = FLOORS.iter().chain(&LOGGERS).copied().filter(|&p| bins.available(p)).collect();
+    let all = || FLOORS.iter().chain(&LOGGERS).copied();
+    if let Some(unknown) = opts.peers.iter().find(|name| !all().any(|p| p.slug() == name.as_str())) {
+        let names: Vec<&str> = all().map(Peer::slug).collect();
+        eprintln!("error: --peers: no peer is called '{unknown}'; the peers are {}", names.join(", "));
+        std::process::exit(2);
+    }
+    let chosen = |p: Peer| opts.peers.is_empty() || opts.peers.iter().any(|name| name == p.slug());
+    let available: Vec<Peer> = all().filter(|&p| bins.available(p) && chosen(p)).collect();
     for p in FLOORS.iter().chain(&LOGGERS).filter(|p| !available.contains(p)) {
         eprintln!("bench: {} is not in this run (n/a in the results)", p.label());
     }
