@@ -11,23 +11,28 @@ use crate::cli::LogFormat;
 /// error line per failed request) and kube-runtime's watcher (a Debug dump of
 /// every 403 at warn).
 ///
-/// A background thread does the writing, so a worker never waits on a slow
-/// terminal or log pipe. It is not lossy: when its buffer is full, logging
-/// waits rather than drops a line.
+/// Each line is written to stdout by the task that logs it, in one write (Rust's
+/// stdout is line-buffered, also into a pipe), so a line is out before the
+/// worker takes its next key. A slow reader of stdout slows the workers: that is
+/// the back-pressure we want, since the queue de-duplicates the keys that wait
+/// meanwhile and no line is ever dropped. (A background writer thread, as
+/// `tracing-appender` offers, would cost a thread wake-up and two context
+/// switches per line; bench/profile.md measured it at a third of the CPU of a
+/// burst.)
 pub const DEFAULT_FILTER: &str =
     "warn,demo_controller=info,kube_client::client::builder=off,kube_runtime::watcher=error";
 
-pub fn init(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
-    let (stdout, guard) =
-        tracing_appender::non_blocking::NonBlockingBuilder::default().lossy(false).finish(std::io::stdout());
+pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     // Colours only for a terminal: in a pipe or a log file they are noise.
     let colours = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let builder =
-        tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_ansi(colours).with_writer(stdout);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(colours)
+        .with_writer(std::io::stdout);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
-    guard
 }

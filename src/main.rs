@@ -32,8 +32,7 @@ const EXIT_DRAIN_CUT: u8 = 3;
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse_or_exit();
-    // Held until main returns: dropping it flushes the last log lines.
-    let _logs = logging::init(args.log_format);
+    logging::init(args.log_format);
     let shutdown = CancellationToken::new();
     let second_signal = tokio::spawn(handle_signals(shutdown.clone()));
 
