@@ -28,7 +28,7 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_resync)]
     pub resync: Duration,
 
-    /// Number of workers processing the queue in parallel (1-64)
+    /// Number of workers taking keys from the queue concurrently (1-64)
     #[arg(long, value_name = "N", default_value_t = 2, allow_hyphen_values = true, value_parser = parse_workers)]
     pub workers: usize,
 

@@ -29,7 +29,13 @@ use demo_controller::{client, faults, logging, probes};
 /// Exit code of a drain cut by its time limit (see the list above).
 const EXIT_DRAIN_CUT: u8 = 3;
 
-#[tokio::main]
+/// One thread runs everything: the watch, the workers, the probes. A sync is a
+/// cache read and a line, a fraction of a millisecond that never blocks, so
+/// `--workers` syncs take turns at their awaits; on one thread a key goes from
+/// the informer to a worker without waking another thread (bench/profile.md
+/// measured those wake-ups at a third of a burst's CPU). A controller whose
+/// sync does heavy CPU work would want the multi-threaded runtime instead.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args = Args::parse_or_exit();
     logging::init(args.log_format);
