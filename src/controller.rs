@@ -103,7 +103,7 @@ impl Controller {
                 return Stopped::Drained;
             }
         }
-        info!(pods = self.cache.store().len(), elapsed_ms = started.elapsed().as_millis() as u64, "cache synced");
+        info!(pods = self.cache.first_list_len(), elapsed_ms = started.elapsed().as_millis() as u64, "cache synced");
         probes::synced();
 
         // 3. The resync timer and the workers.

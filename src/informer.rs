@@ -60,7 +60,10 @@ struct Inner {
     /// With a label selector: the API to ask whether a pod that the watch
     /// reported DELETED still exists (it then left the selector).
     selector: Option<Api<Pod>>,
-    synced: bool,
+    /// How many pods the first list held, for the `cache synced` line. The
+    /// store's own count may be higher by the time that line is written: the
+    /// informer goes on applying watch events meanwhile.
+    first_list: Option<usize>,
 }
 
 /// The last state of a pod that left the cache.
@@ -87,7 +90,7 @@ impl Cache {
     pub fn new() -> Arc<Cache> {
         let (store, writer) = reflector::store();
         let inner =
-            Inner { writer, tombstones: HashMap::new(), initial: HashSet::new(), selector: None, synced: false };
+            Inner { writer, tombstones: HashMap::new(), initial: HashSet::new(), selector: None, first_list: None };
         Arc::new(Cache { store, inner: Mutex::new(inner) })
     }
 
@@ -160,8 +163,8 @@ impl Cache {
                     }
                 }
                 metrics::relisted();
-                if !inner.synced {
-                    inner.synced = true;
+                if inner.first_list.is_none() {
+                    inner.first_list = Some(now.len());
                     inner.initial = now.values().flatten().cloned().collect();
                 }
                 let mut keys: Vec<Key> = now.into_keys().collect();
@@ -206,6 +209,11 @@ impl Cache {
     pub fn held(&self) -> (usize, usize) {
         let inner = self.lock();
         (inner.tombstones.values().map(Vec::len).sum(), inner.initial.len())
+    }
+
+    /// How many pods the first list held (0 until it is in).
+    pub fn first_list_len(&self) -> usize {
+        self.lock().first_list.unwrap_or(0)
     }
 
     /// The store's read handle: for WaitForCacheSync, resync and counting.
@@ -408,6 +416,23 @@ pub(crate) mod tests {
         assert_eq!(snap.initial, HashSet::from(["u1".to_string()]), "pods of the first list are marked initial");
         cache.commit(&key("a", "p"), &snap);
         assert!(cache.read(&key("a", "p")).initial.is_empty(), "the mark is taken once logged");
+    }
+
+    #[test]
+    fn the_first_list_is_counted_apart_from_the_events_after_it() {
+        let cache = Cache::new();
+        assert_eq!(cache.first_list_len(), 0, "nothing listed yet");
+        cache.apply(Event::Init);
+        cache.apply(Event::InitApply(pod("a", "p", "u1", "1")));
+        cache.apply(Event::InitApply(pod("a", "q", "u2", "1")));
+        cache.apply(Event::InitDone);
+        // An event applied before the `cache synced` line is written.
+        cache.apply(Event::Apply(pod("a", "late", "u3", "2")));
+        assert_eq!((cache.first_list_len(), cache.store().len()), (2, 3));
+        // A relist does not change what the first list held.
+        cache.apply(Event::Init);
+        cache.apply(Event::InitDone);
+        assert_eq!(cache.first_list_len(), 2);
     }
 
     #[test]
