@@ -33,7 +33,7 @@ const EXIT_DRAIN_CUT: u8 = 3;
 /// cache read and a line, a fraction of a millisecond that never blocks, so
 /// `--workers` syncs take turns at their awaits; on one thread a key goes from
 /// the informer to a worker without waking another thread (bench/profile.md
-/// measured those wake-ups at a third of a burst's CPU). A controller whose
+/// found a third of a burst's CPU going to threads waking each other). A controller whose
 /// sync does heavy CPU work would want the multi-threaded runtime instead.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
