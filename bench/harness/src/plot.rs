@@ -24,6 +24,9 @@ fn colour(peer: Peer) -> RGBColor {
 
 const FONT: (&str, u32) = ("sans-serif", 15);
 
+/// One line of a chart: its legend label, its colour and its (x, y) points.
+type Line<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
+
 pub fn draw(r: &Results, path: &Path) -> Result<(), Error> {
     let root = SVGBackend::new(path, (1500, 520)).into_drawing_area();
     root.fill(&WHITE)?;
@@ -32,59 +35,26 @@ pub fn draw(r: &Results, path: &Path) -> Result<(), Error> {
     let (lo, hi) = (sizes.iter().copied().fold(f64::MAX, f64::min), sizes.iter().copied().fold(0.0, f64::max));
     let x_range = (lo / 1.5)..(hi * 1.5);
 
-    // 1. RSS per pod against N, and the kept fields' bytes.
-    let series = |get: &dyn Fn(&SizeRow, Peer) -> Option<f64>, peers: &[Peer]| -> Vec<(Peer, Vec<(f64, f64)>)> {
+    // A line per peer that has values, labelled and coloured as that peer.
+    let series = |get: &dyn Fn(&SizeRow, Peer) -> Option<f64>, peers: &[Peer]| -> Vec<Line> {
         peers
             .iter()
-            .map(|&p| (p, r.rows.iter().filter_map(|row| Some((row.n as f64, get(row, p)?))).collect::<Vec<_>>()))
-            .filter(|(_, points)| !points.is_empty())
+            .map(|&p| {
+                let points = r.rows.iter().filter_map(|row| Some((row.n as f64, get(row, p)?))).collect::<Vec<_>>();
+                (p.label(), colour(p), points)
+            })
+            .filter(|(_, _, points)| !points.is_empty())
             .collect()
     };
-    let per_pod = series(&|row, p| r.rss_per_pod(row, p), &LOGGERS);
-    let kept: Vec<(f64, f64)> = sizes.iter().map(|&n| (n, r.pod.kept as f64)).collect();
-    let top = per_pod.iter().flat_map(|(_, s)| s.iter().map(|p| p.1)).fold(r.pod.kept as f64, f64::max);
-    let mut chart = ChartBuilder::on(&panels[0])
-        .caption("RSS per pod (bytes) against N", ("sans-serif", 20))
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(x_range.clone().log_scale(), 0.0..top * 1.15)?;
-    chart
-        .configure_mesh()
-        .x_desc("pods in the cluster (N)")
-        .y_desc("bytes per pod")
-        .x_label_formatter(&|v| thousands(v.round() as usize))
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .label_style(FONT)
-        .draw()?;
-    for (peer, points) in &per_pod {
-        line(&mut chart, points, colour(*peer), peer.label())?;
-    }
-    line(&mut chart, &kept, BLACK, "floor: bytes of the kept fields")?;
-    legend(&mut chart)?;
+    // 1. RSS per pod against N, and the kept fields' bytes.
+    let mut lines = series(&|row, p| r.rss_per_pod(row, p), &LOGGERS);
+    lines.push(("floor: bytes of the kept fields", BLACK, sizes.iter().map(|&n| (n, r.pod.kept as f64)).collect()));
+    against_n(&panels[0], "RSS per pod (bytes) against N", "bytes per pod", x_range.clone(), &lines)?;
 
     // 2. Time to cache synced against N, floors included.
     let peers: Vec<Peer> = FLOORS.iter().chain(&LOGGERS).copied().collect();
-    let sync = series(&|row, p| row.m.get(&p).map(|m| m.sync_ms), &peers);
-    let top = sync.iter().flat_map(|(_, s)| s.iter().map(|p| p.1)).fold(1.0, f64::max);
-    let mut chart = ChartBuilder::on(&panels[1])
-        .caption("Time to cache synced (ms) against N", ("sans-serif", 20))
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(x_range.log_scale(), 0.0..top * 1.15)?;
-    chart
-        .configure_mesh()
-        .x_desc("pods in the cluster (N)")
-        .y_desc("ms")
-        .x_label_formatter(&|v| thousands(v.round() as usize))
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .label_style(FONT)
-        .draw()?;
-    for (peer, points) in &sync {
-        line(&mut chart, points, colour(*peer), peer.label())?;
-    }
-    legend(&mut chart)?;
+    let lines = series(&|row, p| row.m.get(&p).map(|m| m.sync_ms), &peers);
+    against_n(&panels[1], "Time to cache synced (ms) against N", "ms", x_range, &lines)?;
 
     // 3. The burst-lag distribution at the largest N: lag against percentile.
     if let Some(row) = r.rows.last() {
@@ -127,6 +97,35 @@ pub fn draw(r: &Results, path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+/// One panel of values against N (a log scale): a line per series, then the legend.
+fn against_n(
+    panel: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    caption: &str,
+    y_desc: &str,
+    x_range: std::ops::Range<f64>,
+    lines: &[Line],
+) -> Result<(), Error> {
+    let top = lines.iter().flat_map(|(_, _, points)| points.iter().map(|p| p.1)).fold(1.0, f64::max);
+    let mut chart = ChartBuilder::on(panel)
+        .caption(caption, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x_range.log_scale(), 0.0..top * 1.15)?;
+    chart
+        .configure_mesh()
+        .x_desc("pods in the cluster (N)")
+        .y_desc(y_desc)
+        .x_label_formatter(&|v| thousands(v.round() as usize))
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .label_style(FONT)
+        .draw()?;
+    for (name, c, points) in lines {
+        line(&mut chart, points, *c, name)?;
+    }
+    legend(&mut chart)
+}
+
 fn line<'a, X: Ranged<ValueType = f64>>(
     chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, plotters::coord::types::RangedCoordf64>>,
     points: &[(f64, f64)],
@@ -152,4 +151,59 @@ fn legend<'a, X: Ranged<ValueType = f64>>(
         .label_font(FONT)
         .draw()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::cluster::PodSize;
+    use crate::measure::Measurement;
+
+    /// Draws made-up results and checks that every panel, peer and floor is in the SVG.
+    #[test]
+    fn the_plot_has_every_panel_peer_and_floor() {
+        let peers: Vec<Peer> = FLOORS.iter().chain(&LOGGERS).copied().collect();
+        let rows = [1_000, 10_000]
+            .into_iter()
+            .map(|n| SizeRow {
+                n,
+                m: peers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &p)| {
+                        let lags: Vec<f64> = (1..=100).map(|l| l as f64 + i as f64).collect();
+                        let m = Measurement {
+                            sync_ms: n as f64 / 10.0 + i as f64,
+                            steady_mib: 10.0 + n as f64 * (i + 1) as f64 / 1e5,
+                            floor_lags: lags.clone(),
+                            lags,
+                            ..Measurement::default()
+                        };
+                        (p, m)
+                    })
+                    .collect(),
+            })
+            .collect();
+        let base_mib: BTreeMap<Peer, f64> = LOGGERS.iter().map(|&p| (p, 10.0)).collect();
+        let pod = PodSize { json: 5514, json_without_managed_fields: 3324, kept: 193 };
+        let results = Results { rows, base_mib, pod, demo_streams: true, available: peers.clone(), burst: 100 };
+        let path = std::env::temp_dir().join(format!("bench-plot-test-{}.svg", std::process::id()));
+        draw(&results, &path).expect("draw");
+        let svg = std::fs::read_to_string(&path).expect("read the SVG");
+        let _ = std::fs::remove_file(&path);
+        for text in [
+            "RSS per pod (bytes) against N",
+            "Time to cache synced (ms) against N",
+            "Burst lag at N = 10,000: distribution",
+            "floor: bytes of the kept fields",
+            "bare watch (beside demo-controller)",
+        ]
+        .into_iter()
+        .chain(peers.iter().map(|p| p.label()))
+        {
+            assert!(svg.contains(&text.replace('>', "&gt;")), "the plot lacks {text:?}");
+        }
+    }
 }
