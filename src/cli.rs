@@ -58,13 +58,45 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_stuck_after)]
     pub stuck_after: Duration,
 
-    /// Serve /readyz and /healthz on this address (0 turns them off)
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081", value_parser = parse_addr)]
-    pub probe_addr: Listen,
+    /// Serve /readyz and /healthz on this address (0 turns them off) [default: 127.0.0.1:8081, or 0.0.0.0:8081
+    /// in a pod]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    pub probe_addr: Option<Listen>,
 
-    /// Serve Prometheus /metrics on this address (0 turns it off)
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080", value_parser = parse_addr)]
-    pub metrics_addr: Listen,
+    /// Serve Prometheus /metrics on this address (0 turns it off) [default: 127.0.0.1:8080, or 0.0.0.0:8080 in
+    /// a pod]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
+    pub metrics_addr: Option<Listen>,
+}
+
+/// Where a small HTTP server of ours listens, and what a busy port means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Serve {
+    /// `None`: turned off.
+    pub addr: Option<std::net::SocketAddr>,
+    /// Whether a port already in use stops the program. In a pod, or when the
+    /// address was asked for with a flag, it does: the kubelet's probes or
+    /// the scrape would fail for good. On a laptop, where a learner runs
+    /// `cargo run` and something else may hold the default port, it is a
+    /// warning and the logger runs without that server.
+    pub busy_is_fatal: bool,
+}
+
+/// Whether we run in a pod: the kubelet sets this variable in every
+/// container (the same test client-go's in-cluster config makes).
+fn in_a_pod() -> bool {
+    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+}
+
+/// The default address of a server on `port`: every address in a pod (the
+/// kubelet probes the pod's IP), loopback elsewhere (a laptop's probes and
+/// metrics are nobody else's business, and a LAN should not see them).
+fn default_serve(flag: Option<Listen>, port: u16) -> Serve {
+    match flag {
+        Some(Listen(addr)) => Serve { addr, busy_is_fatal: true },
+        None if in_a_pod() => Serve { addr: Some(([0, 0, 0, 0], port).into()), busy_is_fatal: true },
+        None => Serve { addr: Some(([127, 0, 0, 1], port).into()), busy_is_fatal: false },
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -74,6 +106,16 @@ pub enum LogFormat {
 }
 
 impl Args {
+    /// Where to serve /readyz and /healthz (see [`Serve`]).
+    pub fn probes(&self) -> Serve {
+        default_serve(self.probe_addr, 8081)
+    }
+
+    /// Where to serve /metrics (see [`Serve`]).
+    pub fn metrics(&self) -> Serve {
+        default_serve(self.metrics_addr, 8080)
+    }
+
     /// Parses the command line. `--help` and `--version` print and exit 0; a
     /// bad flag prints one line with the fix and exits 2 (the usual code for
     /// a usage error), never a panic.
@@ -184,8 +226,15 @@ mod tests {
         assert_eq!(a.workers, 2);
         assert_eq!(a.log_format, LogFormat::Text);
         assert!(a.namespace.is_none() && a.selector.is_none() && !a.skip_existing);
-        assert_eq!(a.probe_addr, Listen(Some("0.0.0.0:8081".parse().unwrap())));
-        assert_eq!(a.metrics_addr, Listen(Some("0.0.0.0:8080".parse().unwrap())));
+        assert_eq!((a.probe_addr, a.metrics_addr), (None, None));
+        // Outside a pod (the test runner is not in one): loopback, and a busy
+        // port is not fatal; in a pod, every address, and it is.
+        let local = |port: u16| Some(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+        let any = |port: u16| Some(std::net::SocketAddr::from(([0, 0, 0, 0], port)));
+        assert_eq!(default_serve(None, 8081), Serve { addr: local(8081), busy_is_fatal: false });
+        assert_eq!(a.metrics(), Serve { addr: local(8080), busy_is_fatal: false });
+        assert_eq!(default_serve(Some(Listen(any(9))), 8081), Serve { addr: any(9), busy_is_fatal: true });
+        assert_eq!(default_serve(Some(Listen(None)), 8081), Serve { addr: None, busy_is_fatal: true });
     }
 
     #[test]
@@ -220,9 +269,9 @@ mod tests {
         assert_eq!(a.workers, 4);
         assert!(a.skip_existing);
         assert_eq!(a.log_format, LogFormat::Json);
-        assert_eq!(a.probe_addr, Listen(None));
+        assert_eq!(a.probe_addr, Some(Listen(None)));
         assert_eq!(a.stuck_after, Duration::from_secs(90));
-        assert_eq!(a.metrics_addr, Listen(Some("127.0.0.1:9000".parse().unwrap())));
+        assert_eq!(a.metrics_addr, Some(Listen(Some("127.0.0.1:9000".parse().unwrap()))));
         assert_eq!(parse(&["--resync", "0"]).unwrap().resync, Duration::ZERO);
     }
 

@@ -32,10 +32,11 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How a run ended, for the exit code (see main.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stopped {
-    /// Every key queued before the shutdown was synced.
+    /// Every key queued or waiting for a retry at the shutdown was synced.
     Drained,
-    /// The drain hit [`DRAIN_TIMEOUT`]: `left` keys were dropped unsynced.
-    Cut { left: usize },
+    /// `left` keys were not synced: the drain hit [`DRAIN_TIMEOUT`], or their
+    /// last sync failed and shutdown left no time for another.
+    Unsynced { left: usize },
 }
 
 pub struct Settings {
@@ -49,6 +50,9 @@ pub struct Settings {
 }
 
 pub struct Controller {
+    /// Keys whose sync failed during the drain: no retry comes after a
+    /// shutdown, so each is a key left unsynced (see [`Stopped`]).
+    failed_in_drain: std::sync::atomic::AtomicUsize,
     api: Api<Pod>,
     watch: watcher::Config,
     cache: Arc<Cache>,
@@ -62,7 +66,8 @@ impl Controller {
         let cache = Cache::new();
         let faults = std::mem::take(&mut settings.faults);
         let worker = Worker::new(cache.clone(), settings.skip_existing, faults);
-        Arc::new(Controller { api, watch, cache, queue: Queue::new("pods"), worker, settings })
+        let failed_in_drain = Default::default();
+        Arc::new(Controller { failed_in_drain, api, watch, cache, queue: Queue::new("pods"), worker, settings })
     }
 
     /// The work queue, for the probes and the metrics.
@@ -117,25 +122,30 @@ impl Controller {
         info!(workers = self.settings.workers, "workers started");
 
         // 4. Shutdown: stop the watch first (no new keys), then close the
-        //    queue and let the workers finish what it holds.
+        //    queue and let the workers finish what it holds. Keys waiting for
+        //    a retry get their last try now (`shut_down` queues them).
         shutdown.cancelled().await;
         probes::shutting_down();
         let _ = informer.await;
+        self.queue.shut_down();
         let queued = self.queue.len();
         info!(queued, "shutting down: watch stopped, draining the queue");
-        self.queue.shut_down();
         let drained = tokio::time::timeout(DRAIN_TIMEOUT, async { while workers.join_next().await.is_some() {} }).await;
-        if drained.is_ok() {
+        let failed = self.failed_in_drain.load(std::sync::atomic::Ordering::SeqCst);
+        if drained.is_err() {
+            // Stop the workers at their next await. That is never between two
+            // lines of one key (worker.sync awaits only before its first
+            // line), and it means no line follows this last one.
+            workers.shutdown().await;
+            let left = self.queue.len() + self.queue.in_flight().len() + failed;
+            warn!(left, "shutdown complete: drain timed out, the rest is dropped");
+            Stopped::Unsynced { left }
+        } else if failed > 0 {
+            warn!(left = failed, "shutdown complete: {failed} key(s) failed their last sync and were not retried");
+            Stopped::Unsynced { left: failed }
+        } else {
             info!(left = 0, "shutdown complete");
             Stopped::Drained
-        } else {
-            // Stop the workers at their next await. That is never between two
-            // lines of one key (worker.sync awaits only before its first line), and it means no
-            // line follows this last one.
-            workers.shutdown().await;
-            let left = self.queue.len() + self.queue.in_flight().len();
-            warn!(left, "shutdown complete: drain timed out, the rest is dropped");
-            Stopped::Cut { left }
         }
     }
 
@@ -165,9 +175,16 @@ impl Controller {
     }
 
     /// runWorker: process keys until the queue is shut down and empty.
+    ///
+    /// It yields to the runtime after every key. On one thread, a worker with
+    /// a long queue would otherwise never give the watch a turn: `get` is
+    /// ready at once while keys wait, and a sync never has to wait for
+    /// anything, so nothing else would run until the queue is empty.
     async fn run_worker(self: Arc<Self>) {
         let _running = probes::worker_running(); // for /healthz, until we return
-        while self.process_next_work_item().await {}
+        while self.process_next_work_item().await {
+            tokio::task::yield_now().await;
+        }
     }
 
     /// processNextWorkItem: take one key, sync it, and tell the queue how it
@@ -187,6 +204,12 @@ impl Controller {
         match self.sync_handler(&key).await {
             // Forget: the key's failure count starts over next time.
             Ok(()) => self.queue.forget(&key),
+            Err(err) if self.queue.is_shutting_down() => {
+                // No retry comes after a shutdown: the key stays unsynced.
+                self.failed_in_drain.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                error!(%key, "sync of {key} failed during shutdown, not retried: {err}");
+                self.queue.forget(&key);
+            }
             Err(err) => {
                 let attempts = self.queue.num_requeues(&key) + 1;
                 if attempts < MAX_ATTEMPTS {
@@ -195,6 +218,9 @@ impl Controller {
                 } else {
                     error!(%key, attempts, "dropping {key} from the queue after {attempts} failed syncs: {err}");
                     self.queue.forget(&key);
+                    // What the cache held for its next sync (a deleted pod's
+                    // final state, the initial-list mark) goes with it.
+                    self.cache.release(&key);
                 }
             }
         }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::pod::Pod;
 use futures::StreamExt;
-use kube::api::ListParams;
+use kube::api::{ListParams, VersionMatch};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event, InitialListStrategy};
 use kube::{Api, ResourceExt};
@@ -105,8 +105,16 @@ impl Cache {
     }
 
     /// Whether the pod of a DELETED event still exists: then it left the
-    /// selector rather than being deleted. One LIST of that name, made by the worker's sync
-    /// before it logs the onDelete (without an answer it logs a plain one).
+    /// selector rather than being deleted. One LIST of that name, made by the
+    /// worker's sync before it logs the onDelete (without an answer it logs a
+    /// plain one).
+    ///
+    /// It asks for a list *not older than the DELETED event's
+    /// resourceVersion*. The API server's watch cache can answer that (it
+    /// waits, briefly, until it has caught up to that version), so a mass
+    /// relabel costs the server cache reads, not one etcd read per pod; and
+    /// the answer is never older than the event, so a pod deleted since is
+    /// never reported as still there.
     pub async fn left_selector(&self, pod: &Pod) -> Result<bool, kube::Error> {
         let Some(api) = self.lock().selector.clone() else { return Ok(false) };
         let namespace = pod.namespace().unwrap_or_default();
@@ -114,7 +122,10 @@ impl Cache {
         // A LIST narrowed to the one name, not a GET: the same answer, and it
         // needs only the `list` verb the informer already has, so the
         // manifest's RBAC stays list + watch.
-        let by_name = ListParams::default().fields(&format!("metadata.name={}", pod.name_any()));
+        let mut by_name = ListParams::default().fields(&format!("metadata.name={}", pod.name_any()));
+        if let Some(rv) = pod.resource_version() {
+            by_name = by_name.at(&rv).matching(VersionMatch::NotOlderThan);
+        }
         let now = api.list_metadata(&by_name).await?;
         Ok(now.items.iter().any(|now| now.uid() == pod.uid()))
     }
@@ -141,11 +152,23 @@ impl Cache {
                 inner.tombstones.entry(Key::of(pod)).or_default().push(tombstone);
                 vec![Key::of(pod)]
             }
-            // A (re)list is starting, or a page of it arrived. The store only
-            // swaps to the new list at InitDone, so a worker syncing one of
-            // these keys now would read the *old* state: enqueue nothing yet.
-            Event::Init | Event::InitApply(_) => {
+            // A (re)list is starting. The store only swaps to the new list at
+            // InitDone, so a worker syncing one of its keys now would read the
+            // *old* state: enqueue nothing yet.
+            Event::Init => {
                 inner.writer.apply_watcher_event(&event);
+                Vec::new()
+            }
+            // A pod of the list. If the store holds it at a newer
+            // resourceVersion (a list served by a cache that lags what the
+            // watch already delivered), the list is older than what we know:
+            // keep ours, so a relist never moves a pod back in time.
+            Event::InitApply(pod) => {
+                let known = self.store.get(&ObjectRef::from_obj(pod));
+                match known.filter(|known| newer(known, pod)) {
+                    Some(known) => inner.writer.apply_watcher_event(&Event::InitApply((*known).clone())),
+                    None => inner.writer.apply_watcher_event(&event),
+                }
                 Vec::new()
             }
             Event::InitDone => {
@@ -204,6 +227,19 @@ impl Cache {
         }
     }
 
+    /// A key given up on (its sync failed too often): forget what was held
+    /// for its next sync, its tombstones and initial-list marks, which would
+    /// otherwise stay in memory for good (a resync walks only the store).
+    pub fn release(&self, key: &Key) {
+        let current = self.store.get(&ObjectRef::new(&key.name).within(&key.namespace));
+        let mut inner = self.lock();
+        let stones = inner.tombstones.remove(key).unwrap_or_default();
+        let uids = current.iter().chain(stones.iter().map(|t| &t.pod)).filter_map(|p| p.uid());
+        for uid in uids {
+            inner.initial.remove(&uid);
+        }
+    }
+
     /// How many tombstones and initial-list marks are held (tests check that
     /// nothing is left behind).
     pub fn held(&self) -> (usize, usize) {
@@ -222,6 +258,21 @@ impl Cache {
     }
 }
 
+/// Whether `known` is the same pod as `listed` at a newer resourceVersion.
+///
+/// resourceVersions are opaque strings to clients in general, but
+/// kube-apiserver's are etcd revisions, decimal integers that grow with every
+/// write (Kubernetes 1.35 documents them as comparable for built-in types).
+/// Anything that does not parse as one is never called newer.
+fn newer(known: &Pod, listed: &Pod) -> bool {
+    let version = |p: &Pod| p.metadata.resource_version.as_deref().and_then(|rv| rv.parse::<u64>().ok());
+    known.metadata.uid == listed.metadata.uid
+        && matches!((version(known), version(listed)), (Some(k), Some(l)) if k > l)
+}
+
+/// How often a list that takes long says how far it got.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
 /// Runs the watch until `shutdown`: list, watch, relist on expiry, and hand
 /// every changed key to the queue.
 ///
@@ -231,17 +282,26 @@ impl Cache {
 /// watcher yields `Ok(Init)` before each list attempt, so a LIST that keeps
 /// failing (a 403, say) would be retried about once a second forever.
 ///
-/// Streaming or paged: kube 5 asks for a streaming list at resourceVersion
-/// "0" ("any freshness"), so the server answers from its watch cache, which
-/// can lag etcd by milliseconds; a paged LIST (kube's default `MostRecent`)
-/// is a consistent read. A pod created just before start-up can so miss the
-/// first streaming list and arrive as an event a moment later (a plain
-/// onAdd, not `initial_list=true`). `--paged-list` trades speed for that.
+/// The first list is a streaming list unless `--paged-list` (one watch that
+/// sends the existing pods first, then the changes): quick, and served from
+/// the API server's watch cache at resourceVersion "0" ("any freshness"), so a
+/// pod created just before start-up can miss it and arrive as an event a
+/// moment later (a plain onAdd, not `initial_list=true`). Three things end the
+/// streaming mode for good, each with one line:
+/// - a server that refuses streaming lists;
+/// - a streaming list the server ended before its end marker: the server
+///   closes every watch after [`WATCH_TIMEOUT_SECS`], also one still sending
+///   the list, so a list that takes longer (a big cluster, a slow link) would
+///   start over forever; a paged LIST has no such limit, each page is a request
+///   of its own;
+/// - a relist. A relist is needed when the watch cannot resume (410 Gone: the
+///   server compacted the history it would resume from). It is a paged LIST
+///   without a resourceVersion: a consistent read, never older than what the
+///   watch already delivered. (kube's streaming relist asks at "0" again, and a
+///   lagging watch cache could then hand us a list older than our store:
+///   phantom deletes, updates that go backwards.)
 ///
-/// Two answers are not errors: a 410 Gone (the server compacted the history
-/// our watch resumes from; the watcher relists at once, as client-go does),
-/// and a server that refuses streaming lists (we fall back to a paged LIST,
-/// once, and keep that mode).
+/// A list that takes long logs its progress every [`PROGRESS_EVERY`].
 pub async fn run(
     api: Api<Pod>,
     mut config: watcher::Config,
@@ -253,19 +313,48 @@ pub async fn run(
     config = config.timeout(WATCH_TIMEOUT_SECS);
     cache.set_selector(config.label_selector.is_some().then(|| api.clone()));
     let mut backoff = Backoff::default();
+    let mut progress = tokio::time::interval_at(Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+    progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Whether a change came through the watch since the last 410: a 410 with
+    // nothing in between (the watch cannot even start) waits before the next
+    // relist, or a server or proxy that always answers 410 would get a full
+    // LIST in a tight loop.
+    let mut moved = true;
     loop {
         let streaming = config.initial_list_strategy == InitialListStrategy::StreamingList;
         let mut events = std::pin::pin!(watcher::watcher(api.clone(), config.clone()));
-        loop {
+        let mut list = ListProgress::default();
+        let delay = loop {
             let next = tokio::select! {
                 _ = shutdown.cancelled() => return,
+                _ = progress.tick() => {
+                    list.report();
+                    continue;
+                }
                 next = events.next() => next,
             };
             match next {
+                // The watcher went back to its start without an error: the
+                // server ended the streaming list before its end marker.
+                Some(Ok(Event::Init)) if streaming && list.started.is_some() => {
+                    let delay = backoff.next_delay(Instant::now(), random_fraction());
+                    let reason = format!(
+                        "the streaming list ended after {} pods and {} s, before the server marked its end \
+                         (the server closes a watch after {WATCH_TIMEOUT_SECS} s)",
+                        list.pods,
+                        list.elapsed().as_secs()
+                    );
+                    warn!(retry_in = ?delay, "{reason}: listing with paged LIST requests instead, in {delay:?}");
+                    metrics::watch_error();
+                    probes::watch_error(Some(reason));
+                    break Some(delay);
+                }
                 Some(Ok(event)) => {
                     if matches!(event, Event::Apply(_) | Event::Delete(_) | Event::InitDone) {
                         probes::watch_error(None);
                     }
+                    moved |= matches!(event, Event::Apply(_) | Event::Delete(_));
+                    list.track(&event);
                     queue.add_all(cache.apply(event));
                     metrics::cache_pods(cache.store().len());
                 }
@@ -274,14 +363,18 @@ pub async fn run(
                         "the API server does not serve streaming lists ({}): using a paged LIST instead",
                         crate::client::describe(&error)
                     );
-                    config.initial_list_strategy = InitialListStrategy::ListWatch;
-                    break; // a new watcher, in the other mode
+                    break None;
                 }
                 Some(Err(error)) if expired(&error) => {
                     // Routine: etcd compacts its history (every 5 minutes by
                     // default) and a watch resuming from before that point is
-                    // told 410 Gone. The watcher relists right away.
+                    // told 410 Gone. Relist at once, unless the last relist
+                    // brought nothing before this one (a proxy answering 410 to
+                    // everything): then back off like from any failure.
                     info!("the watch expired (410 Gone: its resourceVersion was compacted away); relisting");
+                    let delay = (!moved).then(|| backoff.next_delay(Instant::now(), random_fraction()));
+                    moved = false;
+                    break delay;
                 }
                 Some(Err(error)) => {
                     let delay = backoff.next_delay(Instant::now(), random_fraction());
@@ -299,16 +392,100 @@ pub async fn run(
                     return;
                 }
             }
+        };
+        // A new watcher, in paged, consistent mode (see above).
+        config.initial_list_strategy = InitialListStrategy::ListWatch;
+        config.list_semantic = watcher::ListSemantic::MostRecent;
+        if let Some(delay) = delay {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
         }
     }
 }
 
-/// A 410 Gone: the resourceVersion the watch resumes from is no longer held.
+/// How far the list in progress got, for its progress lines.
+#[derive(Default)]
+struct ListProgress {
+    /// When it began (the watcher's `Init`); `None` when no list is running.
+    started: Option<Instant>,
+    pods: usize,
+    /// Whether a progress line was logged for it (then its end is logged too).
+    reported: bool,
+}
+
+impl ListProgress {
+    fn track(&mut self, event: &Event<Pod>) {
+        match event {
+            Event::Init => *self = ListProgress { started: Some(Instant::now()), ..ListProgress::default() },
+            Event::InitApply(_) => self.pods += 1,
+            Event::InitDone => {
+                if self.reported {
+                    info!(pods = self.pods, elapsed_s = self.elapsed().as_secs(), "the list of pods is complete");
+                }
+                self.started = None;
+            }
+            Event::Apply(_) | Event::Delete(_) => {}
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.started.map_or(Duration::ZERO, |t| t.elapsed())
+    }
+
+    /// One line, like a progress bar's, if a list has been running a while.
+    fn report(&mut self) {
+        if self.started.is_some() && self.elapsed() >= PROGRESS_EVERY / 2 {
+            self.reported = true;
+            info!(
+                pods = self.pods,
+                elapsed_s = self.elapsed().as_secs(),
+                "still listing pods: {} so far, {} s since the list began",
+                self.pods,
+                self.elapsed().as_secs()
+            );
+        }
+    }
+}
+
+/// Why kube-client ended a watch stream quietly (see logging.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interruption {
+    /// The connection closed in the middle of the response (a restarted API
+    /// server, a proxy that dropped the connection).
+    ClosedMidStream,
+    /// Nothing arrived for the read timeout (a path that went silent).
+    Silent,
+}
+
+/// A watch whose connection broke: kube's watcher resumes it from the last
+/// resourceVersion by itself, and tells nobody. Logged here, once per break,
+/// so that every outage that breaks the watch shows in the log, and counted
+/// as a watch error.
+pub fn watch_interrupted(why: Interruption) {
+    let reason = match why {
+        Interruption::ClosedMidStream => {
+            "the connection to the API server closed in the middle of the watch (was the server restarted?)".to_string()
+        }
+        Interruption::Silent => format!(
+            "the API server sent nothing for {} s, the read timeout: the connection is abandoned",
+            crate::client::READ_TIMEOUT.as_secs()
+        ),
+    };
+    warn!("watch interrupted: {reason}; resuming from the last resourceVersion");
+    metrics::watch_error();
+    probes::watch_error(Some(reason));
+}
+
+/// A 410 Gone: the resourceVersion the watch resumes from is no longer held
+/// (during a watch, when it starts, or a paged list's continue token expired).
 fn expired(error: &watcher::Error) -> bool {
     match error {
         watcher::Error::WatchError(status) => status.code == 410,
         watcher::Error::WatchFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status)) => status.code == 410,
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::InitialListFailed(kube::Error::Api(status)) => status.code == 410,
         _ => false,
     }
 }
@@ -526,6 +703,78 @@ pub(crate) mod tests {
         assert_eq!(cache.read(&key("a", "p")).initial.len(), 1, "reading takes nothing");
         cache.commit(&key("a", "p"), &snap);
         assert_eq!(cache.held(), (0, 0), "nothing of it stays in memory");
+    }
+
+    #[test]
+    fn a_relist_older_than_the_store_never_moves_a_pod_back() {
+        let cache = Cache::new();
+        cache.apply(Event::Init);
+        cache.apply(Event::InitApply(pod("a", "p", "u1", "5")));
+        cache.apply(Event::InitDone);
+        cache.apply(Event::Apply(pod("a", "p", "u1", "9")));
+        // A relist served by a cache that lags: p at 5 again, and q, which
+        // that old list cannot know about yet, is another pod.
+        cache.apply(Event::Init);
+        cache.apply(Event::InitApply(pod("a", "p", "u1", "5")));
+        cache.apply(Event::InitApply(pod("a", "q", "u2", "3")));
+        cache.apply(Event::InitDone);
+        let p = cache.read(&key("a", "p")).current.unwrap();
+        assert_eq!(p.resource_version().as_deref(), Some("9"), "the newer state we had is kept");
+        assert!(cache.read(&key("a", "p")).tombstones.is_empty());
+        // A newer listed state, or another pod under the name, is taken.
+        cache.apply(Event::Init);
+        cache.apply(Event::InitApply(pod("a", "p", "u1", "12")));
+        cache.apply(Event::InitApply(pod("a", "q", "u3", "2")));
+        cache.apply(Event::InitDone);
+        assert_eq!(cache.read(&key("a", "p")).current.unwrap().resource_version().as_deref(), Some("12"));
+        assert_eq!(cache.read(&key("a", "q")).current.unwrap().uid().as_deref(), Some("u3"));
+        // resourceVersions that are not numbers are never compared.
+        assert!(!newer(&pod("a", "p", "u1", "b"), &pod("a", "p", "u1", "a")));
+        assert!(newer(&pod("a", "p", "u1", "10"), &pod("a", "p", "u1", "9")), "numbers, not strings");
+    }
+
+    #[test]
+    fn a_released_key_frees_its_tombstones_and_initial_marks() {
+        let cache = Cache::new();
+        cache.apply(Event::Init);
+        cache.apply(Event::InitApply(pod("a", "p", "u1", "1")));
+        cache.apply(Event::InitApply(pod("a", "q", "u2", "1")));
+        cache.apply(Event::InitDone);
+        cache.apply(Event::Delete(pod("a", "p", "u1", "2")));
+        assert_eq!(cache.held(), (1, 2));
+        cache.release(&key("a", "p"));
+        assert_eq!(cache.held(), (0, 1), "q keeps its mark");
+        cache.release(&key("a", "q"));
+        assert_eq!(cache.held(), (0, 0));
+    }
+
+    #[test]
+    fn a_410_in_every_form_is_an_expiry() {
+        let gone = || kube::core::Status { code: 410, ..Default::default() };
+        let api = || kube::Error::Api(gone().boxed());
+        assert!(expired(&watcher::Error::WatchError(Box::new(gone()))));
+        assert!(expired(&watcher::Error::WatchStartFailed(api())), "at watch start: kube would retry forever");
+        assert!(expired(&watcher::Error::WatchFailed(api())));
+        assert!(expired(&watcher::Error::InitialListFailed(api())), "a paged list's expired continue token");
+        let forbidden = kube::Error::Api(kube::core::Status { code: 403, ..Default::default() }.boxed());
+        assert!(!expired(&watcher::Error::InitialListFailed(forbidden)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_list_counts_its_pods_and_reports_only_when_long() {
+        let mut list = ListProgress::default();
+        list.report();
+        assert!(!list.reported, "no list running");
+        list.track(&Event::Init);
+        list.track(&Event::InitApply(pod("a", "p", "u1", "1")));
+        list.track(&Event::InitApply(pod("a", "q", "u2", "1")));
+        list.report();
+        assert!(!list.reported, "a short list says nothing");
+        tokio::time::advance(PROGRESS_EVERY).await;
+        list.report();
+        assert_eq!((list.reported, list.pods), (true, 2));
+        list.track(&Event::InitDone);
+        assert!(list.started.is_none());
     }
 
     #[test]

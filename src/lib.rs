@@ -13,8 +13,9 @@
 //! ```
 //!
 //! Around that core, one concept each: pod (what of a pod we keep and show),
-//! cli (flags), client (kubeconfig and clear errors), logging, probes
-//! (/readyz, /healthz), metrics (/metrics) and faults (the test seam).
+//! cli (flags), client (kubeconfig and clear errors), logging, signals (and
+//! the side thread that hears them), probes (/readyz, /healthz), metrics
+//! (/metrics) and faults (the test seam).
 
 pub mod cli;
 pub mod client;
@@ -27,4 +28,5 @@ pub mod metrics;
 pub mod pod;
 pub mod probes;
 pub mod queue;
+pub mod signals;
 pub mod worker;

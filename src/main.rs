@@ -5,14 +5,16 @@
 //! (src/lib.rs), which lists the path of one pod change module by module.
 //!
 //! Exit codes (the README lists the same):
-//! - 0: a clean shutdown: every key queued before the signal was synced (or
-//!   the signal came before the first list, when nothing was queued yet);
+//! - 0: a clean shutdown: every key that was queued or waiting for a retry
+//!   when the signal came was synced (or the signal came before the first
+//!   list, when nothing was queued yet);
 //! - 1: it cannot run (bad kubeconfig, unknown context, server unreachable,
 //!   port in use...), with one line on stderr saying what and how to fix it;
 //! - 2: a bad flag (clap's usual code for a usage error);
-//! - 3: the drain was cut by its time limit: queued work was dropped;
-//! - 128 + the signal's number (130 for SIGINT, 143 for SIGTERM): a second
-//!   signal made it exit at once, during start-up or during the drain.
+//! - 3: keys were left unsynced: the drain hit its time limit, or keys waiting
+//!   for a retry were dropped (the last line says how many);
+//! - 128 + the signal's number (130 for SIGINT, 143 for SIGTERM): a signal
+//!   during start-up, or a second signal, made it exit at once.
 
 use std::process::ExitCode;
 
@@ -24,43 +26,56 @@ use tracing::{info, warn};
 
 use demo_controller::cli::Args;
 use demo_controller::controller::{Controller, Settings, Stopped};
-use demo_controller::{client, faults, logging, probes};
+use demo_controller::{client, faults, logging, probes, signals};
 
-/// Exit code of a drain cut by its time limit (see the list above).
-const EXIT_DRAIN_CUT: u8 = 3;
+/// Exit code of a shutdown that left keys unsynced (see the list above).
+const EXIT_UNSYNCED: u8 = 3;
 
-/// One thread runs everything: the watch, the workers, the probes. A sync is a
-/// cache read and a line, a fraction of a millisecond that never blocks, so
-/// `--workers` syncs take turns at their awaits; on one thread a key goes from
-/// the informer to a worker without waking another thread (bench/profile.md
-/// found a third of a burst's CPU going to threads waking each other). A controller whose
-/// sync does heavy CPU work would want the multi-threaded runtime instead.
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> ExitCode {
+/// One thread runs the controller: the watch and the workers. A sync is a
+/// cache read and a line, a fraction of a millisecond, so `--workers` syncs
+/// take turns at their awaits; on one thread a key goes from the informer to
+/// a worker without waking another thread (bench/profile.md found a third of a
+/// burst's CPU going to threads waking each other). A controller whose sync
+/// does heavy CPU work would want the multi-threaded runtime instead.
+///
+/// Signals, probes and metrics run on a second, small thread (signals.rs), so
+/// they answer even while this one is blocked writing into a full stdout.
+fn main() -> ExitCode {
     let args = Args::parse_or_exit();
     logging::init(args.log_format);
-    let shutdown = CancellationToken::new();
-    let second_signal = tokio::spawn(handle_signals(shutdown.clone()));
-
-    // Everything, start-up included, races the second signal: connecting to
-    // a server that never answers must not make Ctrl-C wait for a timeout.
-    tokio::select! {
-        code = run(args, shutdown) => code,
-        Ok(signal) = second_signal => {
-            warn!(signal = signal.name, "received {} again: exiting at once", signal.name);
-            ExitCode::from(128 + signal.number)
+    let (side, runtime) =
+        match (signals::side_thread(), tokio::runtime::Builder::new_current_thread().enable_all().build()) {
+            (Ok(side), Ok(runtime)) => (side, runtime),
+            (Err(err), _) | (_, Err(err)) => return fatal(format!("cannot start the runtime: {err}")),
+        };
+    let first_signal = signals::listen(&side);
+    runtime.block_on(async move {
+        let shutdown = CancellationToken::new();
+        let signal = tokio::spawn(signals::first(first_signal, shutdown.clone()));
+        // Start-up (connecting, checking the selector, binding the probes)
+        // races the first signal: a server that never answers must not make
+        // Ctrl-C wait for a timeout.
+        let controller = tokio::select! {
+            started = start(&args, &side) => match started {
+                Ok(controller) => controller,
+                Err(code) => return code,
+            },
+            Ok(signal) = signal => {
+                warn!(signal = signal.name, "start-up cut short by {}: exiting", signal.name);
+                return ExitCode::from(signal.exit_code());
+            }
+        };
+        match controller.run(shutdown).await {
+            Stopped::Drained => ExitCode::SUCCESS,
+            Stopped::Unsynced { .. } => ExitCode::from(EXIT_UNSYNCED),
         }
-    }
+    })
 }
 
-/// Start-up, then the controller until it stops; returns the exit code.
-async fn run(args: Args, shutdown: CancellationToken) -> ExitCode {
-    // Fatal start-up problems (no kubeconfig, unknown context, server not
-    // there) get one line on stderr and exit code 1.
-    let client = match client::connect(args.kubeconfig.clone(), args.context.clone()).await {
-        Ok(client) => client,
-        Err(err) => return fatal(err),
-    };
+/// Start-up: client, selector check, probes. A fatal problem is one line on
+/// stderr and exit code 1.
+async fn start(args: &Args, side: &tokio::runtime::Handle) -> Result<std::sync::Arc<Controller>, ExitCode> {
+    let client = client::connect(args.kubeconfig.clone(), args.context.clone()).await.map_err(fatal)?;
     let api: Api<Pod> = match &args.namespace {
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
@@ -70,16 +85,11 @@ async fn run(args: Args, shutdown: CancellationToken) -> ExitCode {
         watch = watch.streaming_lists(); // informer.rs falls back if refused
     }
     if let Some(selector) = &args.selector {
-        if let Err(err) = client::check_selector(&api, selector).await {
-            return fatal(err);
-        }
+        client::check_selector(&api, selector).await.map_err(fatal)?;
         watch = watch.labels(selector);
     }
 
-    let faults = match faults::Faults::from_env() {
-        Ok(faults) => faults,
-        Err(err) => return fatal(err),
-    };
+    let faults = faults::Faults::from_env().map_err(fatal)?;
     let settings = Settings {
         workers: args.workers,
         resync: Some(args.resync).filter(|d| !d.is_zero()),
@@ -94,46 +104,12 @@ async fn run(args: Args, shutdown: CancellationToken) -> ExitCode {
         "demo-controller starting"
     );
     let controller = Controller::new(api, watch, settings);
-    if let Err(err) = probes::serve(args.probe_addr.0, args.metrics_addr.0, controller.queue(), args.stuck_after).await
-    {
-        return fatal(err);
-    }
-    match controller.run(shutdown).await {
-        Stopped::Drained => ExitCode::SUCCESS,
-        Stopped::Cut { .. } => ExitCode::from(EXIT_DRAIN_CUT),
-    }
+    probes::serve(side, args.probes(), args.metrics(), controller.queue(), args.stuck_after).map_err(fatal)?;
+    Ok(controller)
 }
 
 /// One line on stderr, exit code 1: for what makes running pointless.
 fn fatal(err: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {err}");
     ExitCode::FAILURE
-}
-
-/// A signal we act on: its name for the log, its number for the exit code.
-#[derive(Clone, Copy)]
-struct Signal {
-    name: &'static str,
-    number: u8,
-}
-
-/// SIGINT or SIGTERM starts a graceful shutdown; returns on a second one,
-/// for when you do not want to wait for the drain. The handlers are
-/// installed once, at start-up, so no signal falls between two of them.
-async fn handle_signals(shutdown: CancellationToken) -> Signal {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
-        warn!("cannot install signal handlers: stop demo-controller with SIGKILL");
-        return std::future::pending().await;
-    };
-    let mut next = async || {
-        tokio::select! {
-            _ = int.recv() => Signal { name: "SIGINT", number: 2 },
-            _ = term.recv() => Signal { name: "SIGTERM", number: 15 },
-        }
-    };
-    let first = next().await;
-    info!(signal = first.name, "received {}: shutting down (send it again to exit at once)", first.name);
-    shutdown.cancel();
-    next().await
 }

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
+use crate::cli::Serve;
 use crate::key::Key;
 use crate::queue::Queue;
 
@@ -117,11 +118,15 @@ pub struct ListenError {
     source: std::io::Error,
 }
 
-/// Serves the probes and the metrics. Both listeners are bound before this
-/// returns, so a port already in use is a start-up error, not a log line.
-pub async fn serve(
-    probe_addr: Option<std::net::SocketAddr>,
-    metrics_addr: Option<std::net::SocketAddr>,
+/// Serves the probes and the metrics on the side thread (see signals.rs), so
+/// they answer even while the main thread is busy or blocked on stdout. Both
+/// listeners are bound before this returns, so a port already in use is
+/// known at start-up: fatal where [`Serve::busy_is_fatal`] says so, else one
+/// warning line and the logger runs without that server.
+pub fn serve(
+    side: &tokio::runtime::Handle,
+    probes: Serve,
+    metrics: Serve,
     queue: Arc<Queue<Key>>,
     stuck_after: Duration,
 ) -> Result<(), ListenError> {
@@ -133,32 +138,47 @@ pub async fn serve(
         Ok(text) => (StatusCode::OK, text + "\n"),
         Err(text) => (StatusCode::SERVICE_UNAVAILABLE, text + "\n"),
     };
-    let probes = Router::new().route("/readyz", get(move || async move { answer(readiness()) })).route("/healthz", {
-        let queue = queue.clone();
-        get(move || async move { answer(liveness(&queue, stuck_after)) })
-    });
-    let metrics = Router::new().route(
+    let probe_routes =
+        Router::new().route("/readyz", get(move || async move { answer(readiness()) })).route("/healthz", {
+            let queue = queue.clone();
+            get(move || async move { answer(liveness(&queue, stuck_after)) })
+        });
+    let metric_routes = Router::new().route(
         "/metrics",
         get(move || async move {
             queue.in_flight(); // refreshes the unfinished-work gauges
             ([("content-type", crate::metrics::CONTENT_TYPE)], crate::metrics::render())
         }),
     );
-    let servers = match (probe_addr, metrics_addr) {
-        (Some(p), Some(m)) if p == m => vec![(p, "probes and metrics", probes.merge(metrics))],
-        (p, m) => {
-            let mut servers = Vec::new();
-            servers.extend(p.map(|p| (p, "probes", probes)));
-            servers.extend(m.map(|m| (m, "metrics", metrics)));
-            servers
+    let servers = match (probes.addr, metrics.addr) {
+        (Some(p), Some(m)) if p == m => {
+            let serve = Serve { addr: Some(p), busy_is_fatal: probes.busy_is_fatal || metrics.busy_is_fatal };
+            vec![(serve, "probes and metrics", probe_routes.merge(metric_routes))]
         }
+        _ => vec![(probes, "probes", probe_routes), (metrics, "metrics", metric_routes)],
     };
-    for (addr, what, router) in servers {
+    for (serve, what, router) in servers {
+        let Some(addr) = serve.addr else { continue };
         let flag = if what == "metrics" { "--metrics-addr" } else { "--probe-addr" };
-        let listener =
-            tokio::net::TcpListener::bind(addr).await.map_err(|source| ListenError { addr, what, flag, source })?;
+        // A std listener, bound here and now; the side runtime adopts it.
+        let listener = match std::net::TcpListener::bind(addr).and_then(|l| l.set_nonblocking(true).map(|()| l)) {
+            Ok(listener) => listener,
+            Err(source) if !serve.busy_is_fatal => {
+                let err = ListenError { addr, what, flag, source };
+                tracing::warn!("{err}; running without {what}");
+                continue;
+            }
+            Err(source) => return Err(ListenError { addr, what, flag, source }),
+        };
         tracing::info!(%addr, "serving {what}");
-        tokio::spawn(async move { axum::serve(listener, router).await });
+        side.spawn(async move {
+            match tokio::net::TcpListener::from_std(listener) {
+                Ok(listener) => {
+                    let _ = axum::serve(listener, router).await;
+                }
+                Err(err) => tracing::warn!("cannot serve {what} on {addr}: {err}"),
+            }
+        });
     }
     Ok(())
 }

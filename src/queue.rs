@@ -313,16 +313,28 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
         self.lock().failures.get(key).copied().unwrap_or(0)
     }
 
-    /// Stops intake, drops pending delayed adds and wakes every waiting
-    /// worker. Workers still receive the keys already queued, so nothing
-    /// accepted before shutdown is dropped.
+    /// Stops intake and wakes every waiting worker. Workers still receive the
+    /// keys already queued, so nothing accepted before shutdown is dropped.
+    ///
+    /// Keys waiting for a delayed add (a retry after a failed sync) are
+    /// queued now, for one last try: there is no later. (client-go's
+    /// `ShutDownWithDrain` drops them; then a key that failed once just
+    /// before the signal would be left unsynced and nobody told.)
     pub fn shut_down(&self) {
         {
             let mut state = self.lock();
+            let waiting: Vec<T> = state.waiting.drain().map(|(key, _)| key).collect();
+            for key in waiting {
+                state.enqueue(key, &self.metrics);
+            }
             state.shutting_down = true;
-            state.waiting.clear();
         }
         self.notify.notify_waiters();
+    }
+
+    /// Whether [`Queue::shut_down`] was called.
+    pub fn is_shutting_down(&self) -> bool {
+        self.lock().shutting_down
     }
 
     /// Keys waiting for a worker (not counting the ones being processed, nor
@@ -743,11 +755,19 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_retry_after_shutdown_is_dropped() {
+    async fn a_pending_retry_gets_its_last_try_at_shutdown_and_no_later_one() {
         let q = Queue::new("test");
         q.add_rate_limited("a");
+        q.add_rate_limited("a"); // folds into the pending one
+        assert_eq!(q.len(), 0, "waiting for its backoff");
         q.shut_down();
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(q.is_shutting_down());
+        assert_eq!(q.len(), 1, "queued at once, once: there is no later");
+        let a = q.get().await.unwrap();
+        // Its last try failed: a retry asked for now is refused.
+        q.add_rate_limited(a);
+        q.done(&a);
+        tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(q.len(), 0);
         assert_eq!(q.get().await, None);
     }
