@@ -37,8 +37,9 @@ pub struct Args {
     pub skip_existing: bool,
 
     /// List pods with paged LIST requests, never a streaming list (a watch
-    /// that sends the existing pods first; used by default, with a fallback to
-    /// paged LIST where the server refuses it)
+    /// that sends the existing pods first: used by default for the first list,
+    /// with paged LIST where the server refuses it or cuts it short; relists
+    /// are always paged)
     #[arg(long)]
     pub paged_list: bool,
 

@@ -10,7 +10,10 @@
 //! - `stall=NS/NAME[@DURATION]`: the first sync of that key hangs for that
 //!   long (an hour without `@`) before it reads the cache;
 //! - `slow=DURATION`: every sync takes that much longer before it reads the
-//!   cache (a backlog builds up).
+//!   cache (a backlog builds up);
+//! - `watch-timeout=DURATION`: the server closes each watch after this long
+//!   instead of informer::WATCH_TIMEOUT_SECS (50 s), so a test can make a
+//!   list outlast it without minutes of waiting.
 //!
 //! It is a runtime switch rather than a cargo feature so the tests exercise
 //! the very binary that ships.
@@ -36,6 +39,8 @@ pub struct Faults {
     /// Keys still to stall once, and for how long.
     stall: Mutex<HashMap<String, Duration>>,
     slow: Option<Duration>,
+    /// The server-side watch timeout to ask for, in whole seconds.
+    pub watch_timeout: Option<u32>,
 }
 
 impl Faults {
@@ -62,9 +67,13 @@ impl Faults {
                     faults.stall.get_mut().unwrap_or_else(|p| p.into_inner()).insert(key.to_string(), time);
                 }
                 Some(("slow", time)) => faults.slow = Some(duration(item, time)?),
+                Some(("watch-timeout", time)) => {
+                    let secs = duration(item, time)?.as_secs().clamp(1, u64::from(u32::MAX));
+                    faults.watch_timeout = u32::try_from(secs).ok();
+                }
                 _ => {
                     return Err(format!(
-                        "{ENV}: cannot parse '{item}': expected fail=NS/NAME, stall=NS/NAME[@DURATION] or slow=DURATION"
+                        "{ENV}: cannot parse '{item}': expected fail=NS/NAME, stall=NS/NAME[@DURATION], slow=DURATION or watch-timeout=DURATION"
                     ));
                 }
             }
@@ -142,11 +151,18 @@ mod tests {
     fn a_malformed_spec_is_refused() {
         assert_eq!(
             Faults::parse("explode=ns/x").unwrap_err(),
-            "DEMO_CONTROLLER_FAULTS: cannot parse 'explode=ns/x': expected fail=NS/NAME, stall=NS/NAME[@DURATION] or slow=DURATION"
+            "DEMO_CONTROLLER_FAULTS: cannot parse 'explode=ns/x': expected fail=NS/NAME, stall=NS/NAME[@DURATION], slow=DURATION or watch-timeout=DURATION"
         );
         assert!(
             Faults::parse("slow=fast").unwrap_err().starts_with("DEMO_CONTROLLER_FAULTS: cannot parse 'slow=fast': ")
         );
+    }
+
+    #[test]
+    fn a_shorter_watch_timeout_is_whole_seconds() {
+        assert_eq!(Faults::parse("watch-timeout=4s").unwrap().watch_timeout, Some(4));
+        assert_eq!(Faults::parse("watch-timeout=10ms").unwrap().watch_timeout, Some(1), "at least a second");
+        assert_eq!(Faults::parse("").unwrap().watch_timeout, None);
     }
 
     #[test]

@@ -310,20 +310,18 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let _running = probes::watch_running(); // for /healthz, until we return
-    config = config.timeout(WATCH_TIMEOUT_SECS);
+    if config.timeout.is_none() {
+        config = config.timeout(WATCH_TIMEOUT_SECS);
+    }
     cache.set_selector(config.label_selector.is_some().then(|| api.clone()));
     let mut backoff = Backoff::default();
     let mut progress = tokio::time::interval_at(Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
     progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Whether a change came through the watch since the last 410: a 410 with
-    // nothing in between (the watch cannot even start) waits before the next
-    // relist, or a server or proxy that always answers 410 would get a full
-    // LIST in a tight loop.
-    let mut moved = true;
+    let mut expiries = Expiries::default();
+    let mut list = ListProgress::default();
     loop {
         let streaming = config.initial_list_strategy == InitialListStrategy::StreamingList;
         let mut events = std::pin::pin!(watcher::watcher(api.clone(), config.clone()));
-        let mut list = ListProgress::default();
         let delay = loop {
             let next = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -340,9 +338,10 @@ pub async fn run(
                     let delay = backoff.next_delay(Instant::now(), random_fraction());
                     let reason = format!(
                         "the streaming list ended after {} pods and {} s, before the server marked its end \
-                         (the server closes a watch after {WATCH_TIMEOUT_SECS} s)",
+                         (the server closes a watch after {} s)",
                         list.pods,
-                        list.elapsed().as_secs()
+                        list.elapsed().as_secs(),
+                        config.timeout.unwrap_or(WATCH_TIMEOUT_SECS)
                     );
                     warn!(retry_in = ?delay, "{reason}: listing with paged LIST requests instead, in {delay:?}");
                     metrics::watch_error();
@@ -353,7 +352,7 @@ pub async fn run(
                     if matches!(event, Event::Apply(_) | Event::Delete(_) | Event::InitDone) {
                         probes::watch_error(None);
                     }
-                    moved |= matches!(event, Event::Apply(_) | Event::Delete(_));
+                    expiries.track(&event);
                     list.track(&event);
                     queue.add_all(cache.apply(event));
                     metrics::cache_pods(cache.store().len());
@@ -372,9 +371,7 @@ pub async fn run(
                     // brought nothing before this one (a proxy answering 410 to
                     // everything): then back off like from any failure.
                     info!("the watch expired (410 Gone: its resourceVersion was compacted away); relisting");
-                    let delay = (!moved).then(|| backoff.next_delay(Instant::now(), random_fraction()));
-                    moved = false;
-                    break delay;
+                    break expiries.next_relist(&mut backoff, Instant::now(), random_fraction());
                 }
                 Some(Err(error)) => {
                     let delay = backoff.next_delay(Instant::now(), random_fraction());
@@ -405,11 +402,46 @@ pub async fn run(
     }
 }
 
+/// When to relist after a 410 Gone.
+///
+/// Routinely at once, as client-go does. But a 410 with no change through the
+/// watch since the previous one means the relist did not help (a watch that
+/// cannot even start, or a proxy that answers 410 to everything): then wait
+/// the reconnect backoff, or such a server would get a full LIST in a tight
+/// loop.
+struct Expiries {
+    /// A change (not a list) came through the watch since the last 410.
+    moved: bool,
+}
+
+impl Default for Expiries {
+    fn default() -> Self {
+        Expiries { moved: true }
+    }
+}
+
+impl Expiries {
+    fn track(&mut self, event: &Event<Pod>) {
+        self.moved |= matches!(event, Event::Apply(_) | Event::Delete(_));
+    }
+
+    /// A 410 came: how long to wait before the relist (`None`: at once).
+    fn next_relist(&mut self, backoff: &mut Backoff, now: Instant, random: f64) -> Option<Duration> {
+        let delay = (!self.moved).then(|| backoff.next_delay(now, random));
+        self.moved = false;
+        delay
+    }
+}
+
 /// How far the list in progress got, for its progress lines.
 #[derive(Default)]
 struct ListProgress {
-    /// When it began (the watcher's `Init`); `None` when no list is running.
+    /// When listing began (the watcher's `Init`); `None` when no list is
+    /// running. A list that starts over before it finished (a streaming list
+    /// cut short, a failed page) keeps the first start: the wait is the
+    /// user's, however many attempts it takes.
     started: Option<Instant>,
+    /// Pods received by the attempt in progress.
     pods: usize,
     /// Whether a progress line was logged for it (then its end is logged too).
     reported: bool,
@@ -418,13 +450,16 @@ struct ListProgress {
 impl ListProgress {
     fn track(&mut self, event: &Event<Pod>) {
         match event {
-            Event::Init => *self = ListProgress { started: Some(Instant::now()), ..ListProgress::default() },
+            Event::Init => {
+                self.started.get_or_insert_with(Instant::now);
+                self.pods = 0;
+            }
             Event::InitApply(_) => self.pods += 1,
             Event::InitDone => {
                 if self.reported {
                     info!(pods = self.pods, elapsed_s = self.elapsed().as_secs(), "the list of pods is complete");
                 }
-                self.started = None;
+                *self = ListProgress::default();
             }
             Event::Apply(_) | Event::Delete(_) => {}
         }
@@ -441,7 +476,7 @@ impl ListProgress {
             info!(
                 pods = self.pods,
                 elapsed_s = self.elapsed().as_secs(),
-                "still listing pods: {} so far, {} s since the list began",
+                "still listing pods: {} so far, {} s since listing began",
                 self.pods,
                 self.elapsed().as_secs()
             );
@@ -760,6 +795,21 @@ pub(crate) mod tests {
         assert!(!expired(&watcher::Error::InitialListFailed(forbidden)));
     }
 
+    #[test]
+    fn a_410_relists_at_once_but_a_410_after_nothing_backs_off() {
+        let (mut expiries, mut backoff, now) = (Expiries::default(), Backoff::default(), Instant::now());
+        assert_eq!(expiries.next_relist(&mut backoff, now, 0.0), None, "routine: relist at once");
+        // The relist's own list and InitDone are not progress...
+        expiries.track(&Event::Init);
+        expiries.track(&Event::InitDone);
+        // ... so a 410 right after it (the watch cannot even start) waits, longer each time.
+        assert_eq!(expiries.next_relist(&mut backoff, now, 0.0), Some(Backoff::INITIAL));
+        assert_eq!(expiries.next_relist(&mut backoff, now, 0.0), Some(Backoff::INITIAL * 2));
+        // A change through the watch: the next 410 is routine again.
+        expiries.track(&Event::Apply(pod("a", "p", "u1", "9")));
+        assert_eq!(expiries.next_relist(&mut backoff, now, 0.0), None);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_long_list_counts_its_pods_and_reports_only_when_long() {
         let mut list = ListProgress::default();
@@ -773,8 +823,11 @@ pub(crate) mod tests {
         tokio::time::advance(PROGRESS_EVERY).await;
         list.report();
         assert_eq!((list.reported, list.pods), (true, 2));
+        // The list starts over (a cut stream): the count restarts, the clock does not.
+        list.track(&Event::Init);
+        assert_eq!((list.pods, list.elapsed()), (0, PROGRESS_EVERY));
         list.track(&Event::InitDone);
-        assert!(list.started.is_none());
+        assert!(list.started.is_none() && !list.reported);
     }
 
     #[test]

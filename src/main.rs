@@ -80,7 +80,11 @@ async fn start(args: &Args, side: &tokio::runtime::Handle) -> Result<std::sync::
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
     };
+    let faults = faults::Faults::from_env().map_err(fatal)?;
     let mut watch = watcher::Config::default();
+    if let Some(secs) = faults.watch_timeout {
+        watch = watch.timeout(secs);
+    }
     if !args.paged_list {
         watch = watch.streaming_lists(); // informer.rs falls back if refused
     }
@@ -89,7 +93,6 @@ async fn start(args: &Args, side: &tokio::runtime::Handle) -> Result<std::sync::
         watch = watch.labels(selector);
     }
 
-    let faults = faults::Faults::from_env().map_err(fatal)?;
     let settings = Settings {
         workers: args.workers,
         resync: Some(args.resync).filter(|d| !d.is_zero()),

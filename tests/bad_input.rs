@@ -425,6 +425,20 @@ fn metrics_port_already_in_use() {
     assert!(err.ends_with("pass --metrics-addr with a free port, or 0 to turn it off"), "{err}");
 }
 
+/// In a pod the probes' port is not optional: the kubelet probes it. A busy
+/// default port there is fatal (outside a pod it is a warning: probes.rs).
+#[ignore = "needs the local control plane: run `make test`"]
+#[test]
+fn a_busy_default_probe_port_in_a_pod_is_fatal() {
+    let _held = TcpListener::bind("0.0.0.0:8081"); // or already taken by someone else
+    let kc = cluster_dir().join("kubeconfig");
+    let env = [("KUBERNETES_SERVICE_HOST", "127.0.0.1"), ("KUBERNETES_SERVICE_PORT", "1")];
+    let (code, err) = run(&["--kubeconfig", kc.to_str().unwrap(), "--metrics-addr", "0"], &env);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.starts_with("error: cannot listen on 0.0.0.0:8081 for probes: "), "{err}");
+    assert!(err.ends_with("pass --probe-addr with a free port, or 0 to turn it off"), "{err}");
+}
+
 #[test]
 fn a_resync_below_one_second() {
     assert_eq!(

@@ -59,7 +59,8 @@ fn ports_and_probes_match_the_binary_defaults() {
         .iter()
         .map(|p| (p["name"].as_str().unwrap().to_string(), p["containerPort"].as_u64().unwrap()))
         .collect();
-    // --metrics-addr and --probe-addr default to 0.0.0.0:8080 and 0.0.0.0:8081.
+    // In a pod, --metrics-addr and --probe-addr default to 0.0.0.0:8080 and
+    // 0.0.0.0:8081 (loopback elsewhere).
     assert_eq!(ports, [("metrics".to_string(), 8080), ("probes".to_string(), 8081)]);
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(container["readinessProbe"]["httpGet"]["port"], "probes");
@@ -69,7 +70,9 @@ fn ports_and_probes_match_the_binary_defaults() {
     assert!(dockerfile.contains("EXPOSE 8080 8081"));
     let help = std::process::Command::new(common::BIN).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
-    assert!(help.contains("[default: 0.0.0.0:8080]") && help.contains("[default: 0.0.0.0:8081]"), "{help}");
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(help.contains("[default: 127.0.0.1:8080, or 0.0.0.0:8080 in a pod]"), "{help}");
+    assert!(help.contains("[default: 127.0.0.1:8081, or 0.0.0.0:8081 in a pod]"), "{help}");
 }
 
 #[test]

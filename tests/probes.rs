@@ -171,3 +171,109 @@ async fn healthz_stays_200_while_the_apiserver_is_down() {
     assert_eq!(http_get(port, "/healthz").0, 200);
     assert_eq!(http_get(port, "/readyz").0, 200);
 }
+
+/// GET `path` on 127.0.0.1:`port`: (status, how long the answer took).
+fn timed_get(port: u16, path: &str) -> (u16, Duration) {
+    let start = Instant::now();
+    let (status, _) = http_get(port, path);
+    (status, start.elapsed())
+}
+
+/// Nobody reads the logger's stdout (a paused pipe, a full log disk): its
+/// log writes block. The probes still answer, and a second SIGTERM still
+/// ends it at once with 143: they live on a thread of their own.
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_blocked_stdout_silences_neither_probes_nor_signals() {
+    use std::process::{Command, Stdio};
+    let c = cluster().await;
+    let ns = namespace(&c.client, "blocked-stdout").await;
+    let port = free_port();
+    let mut child = Command::new(BIN)
+        .arg("--kubeconfig")
+        .arg(&c.kubeconfig)
+        .args(["-n", &ns, "--log-format", "json", "--metrics-addr", "0", "--probe-addr", &format!("127.0.0.1:{port}")])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped()) // held, never read: the pipe fills
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start demo-controller");
+    let stdout = child.stdout.take();
+    let start = Instant::now();
+    while http_get(port, "/readyz").0 != 200 {
+        assert!(start.elapsed() < T, "never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Each onAdd line is about 250 bytes: 600 pods fill a 64 KiB pipe twice.
+    let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(c.client.clone(), &ns);
+    for batch in (0..600).collect::<Vec<_>>().chunks(25) {
+        let creates = batch.iter().map(|i| {
+            let pods = pods.clone();
+            async move { pods.create(&kube::api::PostParams::default(), &pod(&format!("p{i}"), &[])).await }
+        });
+        for made in futures::future::join_all(creates).await {
+            made.expect("create pod");
+        }
+    }
+    // By now the pipe is full and the logger's writes block (the bytes read
+    // at the end prove the pipe filled). The probes answer all the same.
+    let mut worst = Duration::ZERO;
+    for _ in 0..20 {
+        let (health, took) = timed_get(port, "/healthz");
+        let (ready, took2) = timed_get(port, "/readyz");
+        assert_eq!((health, ready), (200, 200));
+        worst = worst.max(took).max(took2);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sent = Instant::now();
+    for _ in 0..2 {
+        assert!(
+            std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(sent.elapsed() < Duration::from_secs(10), "two SIGTERMs did not end it while stdout was blocked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    println!(
+        "figures: probe_worst_latency_while_stdout_blocked={worst:?} exit={:?} after={:?}",
+        status.code(),
+        sent.elapsed()
+    );
+    assert_eq!(status.code(), Some(143));
+    // What it wrote before the pipe filled is still there to read.
+    use std::io::Read;
+    let mut out = String::new();
+    stdout.unwrap().read_to_string(&mut out).unwrap();
+    assert!(out.contains("\"message\":\"cache synced\""), "{}", &out[..out.len().min(2000)]);
+    assert!(out.len() >= 60_000, "stdout was never full: {} bytes", out.len());
+}
+
+/// Outside a pod, the probes' default port on loopback may be taken (another
+/// program on a laptop): one warning, and the logger runs without them.
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_busy_default_probe_port_outside_a_pod_is_a_warning() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "busy-port").await;
+    // Taken by us, or already by someone else: either way busy.
+    let _held = std::net::TcpListener::bind("127.0.0.1:8081");
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("--kubeconfig").arg(&c.kubeconfig).args(["-n", &ns, "--log-format", "json", "--metrics-addr", "0"]);
+    cmd.env_remove("KUBERNETES_SERVICE_HOST").env_remove("RUST_LOG");
+    let logger = Logger::spawn(cmd, &[]);
+    logger.synced().await;
+    let warning = logger
+        .wait_for("the busy-port warning", T, |v| v["message"].as_str().is_some_and(|m| m.starts_with("cannot listen")))
+        .await;
+    assert_eq!(warning["level"], "WARN");
+    let m = warning["message"].as_str().unwrap();
+    assert!(m.starts_with("cannot listen on 127.0.0.1:8081 for probes: "), "{m}");
+    assert!(m.ends_with("pass --probe-addr with a free port, or 0 to turn it off; running without probes"), "{m}");
+    create(&c.client, &ns, "p", &[]).await;
+    logger.wait_message(&format!("onAdd: {ns}/p"), T).await;
+}
