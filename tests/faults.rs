@@ -9,7 +9,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use common::*;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
@@ -415,23 +414,10 @@ fn seconds(text: &str) -> f64 {
     }
 }
 
-/// Creates `n` pods in `ns`, 32 requests at a time.
-async fn many_pods(client: &Client, ns: &str, n: usize) {
-    let pods = Api::<Pod>::namespaced(client.clone(), ns);
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let pods = pods.clone();
-            async move { pods.create(&PostParams::default(), &pod(&format!("b-{i}"), &[])).await.expect("create") }
-        })
-        .buffer_unordered(32)
-        .for_each(|_| async {})
-        .await;
-}
-
 async fn shutdown_under_backlog(pods: usize, slow: &str, exit: i32) -> (Logger, Duration, u64) {
     let c = cluster().await;
     let ns = namespace(&c.client, "backlog").await;
-    many_pods(&c.client, &ns, pods).await;
+    create_many(&c.client, &ns, "b-", pods, &[], 0).await;
     let faults = format!("slow={slow}");
     let mut logger = Logger::start_with(&c.kubeconfig, &["-n", &ns], &[("DEMO_CONTROLLER_FAULTS", &faults)]);
     logger.synced().await;

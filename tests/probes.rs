@@ -205,16 +205,7 @@ async fn a_blocked_stdout_silences_neither_probes_nor_signals() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Each onAdd line is about 250 bytes: 600 pods fill a 64 KiB pipe twice.
-    let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(c.client.clone(), &ns);
-    for batch in (0..600).collect::<Vec<_>>().chunks(25) {
-        let creates = batch.iter().map(|i| {
-            let pods = pods.clone();
-            async move { pods.create(&kube::api::PostParams::default(), &pod(&format!("p{i}"), &[])).await }
-        });
-        for made in futures::future::join_all(creates).await {
-            made.expect("create pod");
-        }
-    }
+    create_many(&c.client, &ns, "p", 600, &[], 0).await;
     // By now the pipe is full and the logger's writes block (the bytes read
     // at the end prove the pipe filled). The probes answer all the same.
     let mut worst = Duration::ZERO;

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::pod;
 use common::*;
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -368,25 +367,6 @@ async fn a_server_without_streaming_lists_gets_a_paged_list_once() {
     assert!(messages(&on, "the API server does not serve streaming lists").is_empty(), "{}", on.dump());
 }
 
-/// Creates `n` pods in `ns`, a few at a time, each with an annotation of
-/// `padding` bytes (to make them as big as real pods, for measurements).
-async fn many_pods(client: &kube::Client, ns: &str, n: usize, padding: usize) {
-    let pods = Api::<Pod>::namespaced(client.clone(), ns);
-    for batch in (0..n).collect::<Vec<_>>().chunks(25) {
-        let creates = batch.iter().map(|i| {
-            let pods = pods.clone();
-            let mut p = pod(&format!("p{i}"), &[]);
-            if padding > 0 {
-                p.metadata.annotations = Some([("padding".to_string(), "x".repeat(padding))].into());
-            }
-            async move { pods.create(&kube::api::PostParams::default(), &p).await }
-        });
-        for made in futures::future::join_all(creates).await {
-            made.expect("create pod");
-        }
-    }
-}
-
 /// A first list that takes longer than the server keeps a watch open, over a
 /// slow link: the logger still gets to `cache synced`, says how far it got
 /// every 10 s meanwhile, and a streaming list the server cut short is logged
@@ -409,7 +389,7 @@ async fn a_list_longer_than_the_watch_timeout(paged: bool) {
     let (pods, rate, padding, watch_timeout) = (knobs[0], knobs[1] as u64, knobs[2], knobs[3]);
     let c = cluster().await;
     let ns = namespace(&c.client, if paged { "slowlist-paged" } else { "slowlist-streaming" }).await;
-    many_pods(&c.client, &ns, pods, padding).await;
+    create_many(&c.client, &ns, "p", pods, &[], padding).await;
     let url = server_url(&c.dir);
     let target: SocketAddr = url.trim_start_matches("https://").parse().expect("server address");
     // About 11 KB a pod: 1,000 pods at 1 MB/s take about 11 s, more than
@@ -490,18 +470,7 @@ async fn pods_leaving_the_selector_in_bulk_cost_no_etcd_read_each() {
     let c = &plane.cluster;
     let ns = namespace(&c.client, "relabel").await;
     let pods = Api::<Pod>::namespaced(c.client.clone(), &ns);
-    for batch in (0..n).collect::<Vec<_>>().chunks(25) {
-        let creates =
-            batch.iter().map(|i| {
-                let pods = pods.clone();
-                async move {
-                    pods.create(&kube::api::PostParams::default(), &pod(&format!("p{i}"), &[("app", "web")])).await
-                }
-            });
-        for made in futures::future::join_all(creates).await {
-            made.expect("create pod");
-        }
-    }
+    create_many(&c.client, &ns, "p", n, &[("app", "web")], 0).await;
     let logger = Logger::start(&c.kubeconfig, &["-n", &ns, "-l", "app=web"]);
     logger.synced().await;
     logger.wait_count(&ns, n).await;
@@ -533,7 +502,35 @@ async fn pods_leaving_the_selector_in_bulk_cost_no_etcd_read_each() {
     }
     let gets = etcd_pod_requests(&c.client, "get").await - gets_before;
     let lists = etcd_pod_requests(&c.client, "list").await - lists_before;
-    println!("figures: relabelled_out={n} etcd_pod_gets={gets} etcd_pod_lists={lists} (one each per pod before)");
+    // The same n questions asked directly, both ways, for the API server's
+    // cost of each: a consistent LIST by name (what a selector check asked
+    // before) against one not older than a resourceVersion (what it asks now).
+    let rv = pods.list_metadata(&kube::api::ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut cost = Vec::new();
+    for at in [None, Some(rv.as_str())] {
+        let (gets0, cpu0) = (etcd_pod_requests(&c.client, "get").await, plane.cpu_ms("kube-apiserver"));
+        for batch in (0..n).collect::<Vec<_>>().chunks(25) {
+            let asks = batch.iter().map(|i| {
+                let mut by_name = kube::api::ListParams::default().fields(&format!("metadata.name=p{i}"));
+                if let Some(rv) = at {
+                    by_name = by_name.at(rv).matching(kube::api::VersionMatch::NotOlderThan);
+                }
+                let pods = pods.clone();
+                async move { pods.list_metadata(&by_name).await }
+            });
+            for answer in futures::future::join_all(asks).await {
+                answer.expect("list by name");
+            }
+        }
+        let gets = etcd_pod_requests(&c.client, "get").await - gets0;
+        cost.push((gets, plane.cpu_ms("kube-apiserver") - cpu0));
+    }
+    println!(
+        "figures: relabelled_out={n} logger_etcd_pod_gets={gets} logger_etcd_pod_lists={lists} \
+         direct_consistent_list_by_name: etcd_gets={} apiserver_cpu_ms={} \
+         direct_not_older_than_event: etcd_gets={} apiserver_cpu_ms={}",
+        cost[0].0, cost[0].1, cost[1].0, cost[1].1
+    );
     assert!(gets + lists < n as f64 / 4.0, "{gets} etcd gets and {lists} lists for {n} selector checks");
     let plain = logger
         .event_lines(&ns)

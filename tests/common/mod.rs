@@ -108,6 +108,26 @@ pub async fn create(client: &Client, ns: &str, name: &str, labels: &[(&str, &str
     made
 }
 
+/// Creates `n` pods named PREFIX0, PREFIX1, ... in `ns`, 32 requests at a
+/// time, with `labels` and, when `padding` > 0, an annotation of that many
+/// bytes (to make them as big as real pods, for measurements).
+pub async fn create_many(client: &Client, ns: &str, prefix: &str, n: usize, labels: &[(&str, &str)], padding: usize) {
+    use futures::StreamExt;
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let mut p = pod(&format!("{prefix}{i}"), labels);
+            if padding > 0 {
+                p.metadata.annotations = Some([("padding".to_string(), "x".repeat(padding))].into());
+            }
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &p).await.expect("create pod") }
+        })
+        .buffer_unordered(32)
+        .for_each(|_| async {})
+        .await;
+}
+
 pub async fn label(client: &Client, ns: &str, name: &str, key: &str, value: &str) {
     let patch = json!({"metadata": {"labels": {key: value}}});
     Api::<Pod>::namespaced(client.clone(), ns)
@@ -519,6 +539,18 @@ impl Plane {
 
     fn pid(&self, name: &str) -> Option<u32> {
         std::fs::read_to_string(self.dir().join(format!("{name}.pid"))).ok()?.trim().parse().ok()
+    }
+
+    /// CPU time (user + system, ms) that the process `name` of this plane
+    /// has used so far.
+    pub fn cpu_ms(&self, name: &str) -> u64 {
+        let Some(pid) = self.pid(name) else { return 0 };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The fields after the command name, which may hold spaces: utime
+        // and stime are the 14th and 15th of the line, in ticks of 10 ms.
+        let fields: Vec<&str> = stat.rsplit_once(") ").map(|(_, rest)| rest.split(' ').collect()).unwrap_or_default();
+        let ticks: u64 = fields.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+        ticks * 10
     }
 
     /// Kills the kube-apiserver (SIGKILL: a crash, not a polite stop) and
