@@ -13,12 +13,13 @@
 //! ```
 //!
 //! Around that core, one concept each: pod (what of a pod we keep and show),
-//! cli (flags), client (kubeconfig and clear errors), logging, probes
+//! describe (the words for what changed, as kubectl describe says it), cli (flags), client (kubeconfig and clear errors), logging, probes
 //! (/readyz, /healthz), metrics (/metrics) and faults (the test seam).
 
 pub mod cli;
 pub mod client;
 pub mod controller;
+pub mod describe;
 pub mod faults;
 pub mod informer;
 pub mod key;
