@@ -255,6 +255,10 @@ impl PodState {
         let (old_status, new_status) = (status_of(self), status_of(new));
         if new.terminating && !self.terminating {
             d.changes.push("terminating".to_string());
+        } else if let (true, Some(old), Some(new)) = (new.terminating, self.grace_period, new.grace_period)
+            && old != new
+        {
+            d.changes.push(format!("grace period {old}s -> {new}s"));
         }
         if self.phase != new.phase {
             d.changes.push(format!("phase {} -> {}", self.phase, new.phase));
@@ -546,6 +550,13 @@ mod tests {
         v["status"]["podIP"] = "10.0.0.2".into();
         v["metadata"]["finalizers"] = json!(["x"]);
         assert_eq!(old.diff(&parse(v)).text(), "other fields (metadata, status)");
+        let mut v = base.clone();
+        v["metadata"]["deletionTimestamp"] = "2026-11-21T15:00:00Z".into();
+        v["metadata"]["deletionGracePeriodSeconds"] = 30.into();
+        let terminating = parse(v.clone());
+        assert_eq!(old.diff(&terminating).text(), "terminating");
+        v["metadata"]["deletionGracePeriodSeconds"] = 0.into();
+        assert_eq!(terminating.diff(&parse(v)).text(), "grace period 30s -> 0s", "the kubelet's final delete");
         let mut v = base.clone();
         v["metadata"]["managedFields"] = json!([{"manager": "m"}]);
         assert_eq!(old.diff(&parse(v)).text(), "other fields (part unknown)");

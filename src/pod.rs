@@ -54,7 +54,7 @@ struct PodJson {
 impl From<PodJson> for Pod {
     fn from(p: PodJson) -> Pod {
         let m = p.metadata;
-        let unshown = (m.annotations, m.owner_references, m.finalizers, m.deletion_grace_period_seconds);
+        let unshown = (m.annotations, m.owner_references, m.finalizers);
         Pod {
             metadata: ObjectMeta {
                 name: m.name,
@@ -64,6 +64,7 @@ impl From<PodJson> for Pod {
                 generation: m.generation,
                 labels: m.labels,
                 deletion_timestamp: m.deletion_timestamp,
+                deletion_grace_period_seconds: m.deletion_grace_period_seconds,
                 ..ObjectMeta::default()
             },
             spec: p.spec,
@@ -74,17 +75,17 @@ impl From<PodJson> for Pod {
 }
 
 /// The metadata we keep: what identifies the pod (name, namespace, uid,
-/// resourceVersion), what the log shows (labels, deletionTimestamp) and
-/// `generation`, which the API server raises by one for every change to the
-/// pod's spec (for pods since Kubernetes 1.33): the spec's fingerprint, free.
+/// resourceVersion), what the log shows (labels, deletionTimestamp and its
+/// grace period) and `generation`, which the API server raises by one for
+/// every change to the pod's spec (for pods since Kubernetes 1.33) and when a
+/// delete starts: the spec's fingerprint, free.
 ///
 /// Of the rest of ObjectMeta, what a client can change after the create is
-/// fingerprinted: annotations, ownerReferences, finalizers and the grace
-/// period of a delete. Left out, and skipped unparsed: the fields fixed at
-/// create (generateName, creationTimestamp), and the two the API server
-/// rewrites on every write, resourceVersion aside: `managedFields` (its
-/// timestamps change with any update, status included) would make every
-/// update look like a metadata change.
+/// fingerprinted: annotations, ownerReferences and finalizers. Left out, and
+/// skipped unparsed: the fields fixed at create (generateName,
+/// creationTimestamp), and `managedFields`, whose timestamps change with any
+/// write, status included: it would make every update look like a metadata
+/// change, as resourceVersion would.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct KeptMetadata {
@@ -348,6 +349,9 @@ pub struct PodState {
     /// `deletionTimestamp` is set: the pod is being deleted (kubectl's
     /// "Terminating"); the API server removes it once its containers stopped.
     pub terminating: bool,
+    /// The grace period of the delete, once `terminating`: a shorter one
+    /// comes last, when the kubelet confirms the containers stopped (0 s).
+    pub grace_period: Option<i64>,
     /// `metadata.generation`: it moves when the spec changed.
     pub generation: i64,
     /// The fingerprint of the metadata no line shows.
@@ -371,6 +375,7 @@ impl PodState {
             restarts: containers.iter().map(|c| i64::from(c.restart_count)).sum(),
             labels: pod.labels().clone(),
             terminating: pod.metadata.deletion_timestamp.is_some(),
+            grace_period: pod.metadata.deletion_grace_period_seconds,
             generation: pod.metadata.generation.unwrap_or_default(),
             unshown_metadata: pod.unshown_metadata,
             status: status.cloned(),
