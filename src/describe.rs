@@ -255,7 +255,7 @@ impl PodState {
         let (old_status, new_status) = (status_of(self), status_of(new));
         if new.terminating && !self.terminating {
             d.changes.push("terminating".to_string());
-        } else if let (true, Some(old), Some(new)) = (new.terminating, self.grace_period, new.grace_period)
+        } else if let (true, Some(old), Some(new)) = (new.terminating, grace_period(self), grace_period(new))
             && old != new
         {
             d.changes.push(format!("grace period {old}s -> {new}s"));
@@ -297,6 +297,11 @@ impl PodState {
                 (old, new) => d.changes.push(format!("{kind} {} -> {}", or_none(old), or_none(new))),
             }
         }
+        if let (Some(old), Some(new)) = (old_status.observed_generation, new_status.observed_generation)
+            && old != new
+        {
+            d.changes.push(format!("observed generation {old} -> {new}"));
+        }
         for (k, v) in &new.labels {
             match self.labels.get(k) {
                 None => d.changes.push(format!("label +{k}={v}")),
@@ -321,10 +326,10 @@ impl PodState {
     /// pod generations) is "part unknown".
     fn unshown_parts(&self, new: &PodState, old_status: &Status, new_status: &Status) -> String {
         let mut parts = Vec::new();
-        if self.unshown_metadata != new.unshown_metadata {
+        if self.pod.unshown_metadata != new.pod.unshown_metadata {
             parts.push("metadata");
         }
-        if self.generation != new.generation {
+        if self.pod.metadata.generation != new.pod.metadata.generation {
             parts.push("spec");
         }
         if old_status.fingerprint != new_status.fingerprint {
@@ -376,7 +381,11 @@ fn restarts(d: &mut Diff, old_count: i64, new_count: i64, old: &[ContainerStatus
 
 fn status_of(p: &PodState) -> &Status {
     static NONE: LazyLock<Status> = LazyLock::new(Status::default);
-    p.status.as_deref().unwrap_or(&NONE)
+    p.pod.status.as_ref().unwrap_or(&NONE)
+}
+
+fn grace_period(p: &PodState) -> Option<i64> {
+    p.pod.metadata.deletion_grace_period_seconds
 }
 
 fn or_none(t: Option<Truth>) -> String {
@@ -396,7 +405,7 @@ mod tests {
     /// A pod's state from a status as the kubelet writes it.
     fn pod(status: Value) -> PodState {
         let json = json!({"metadata": {"name": "p", "uid": "u", "resourceVersion": "1"}, "status": status});
-        PodState::of(&serde_json::from_value::<Pod>(json).unwrap())
+        PodState::of(&Arc::new(serde_json::from_value::<Pod>(json).unwrap()))
     }
 
     fn running(phase: &str, containers: Value) -> PodState {
@@ -536,7 +545,7 @@ mod tests {
 
     #[test]
     fn other_fields_say_which_part_changed() {
-        let parse = |json: Value| PodState::of(&serde_json::from_value::<Pod>(json).unwrap());
+        let parse = |json: Value| PodState::of(&Arc::new(serde_json::from_value::<Pod>(json).unwrap()));
         let base = json!({"metadata": {"name": "p", "generation": 1, "annotations": {"a": "1"}},
                           "status": {"phase": "Running", "podIP": "10.0.0.1"}});
         let old = parse(base.clone());
@@ -557,6 +566,11 @@ mod tests {
         assert_eq!(old.diff(&terminating).text(), "terminating");
         v["metadata"]["deletionGracePeriodSeconds"] = 0.into();
         assert_eq!(terminating.diff(&parse(v)).text(), "grace period 30s -> 0s", "the kubelet's final delete");
+        let mut v = base.clone();
+        v["status"]["observedGeneration"] = 1.into();
+        let observed = parse(v.clone());
+        v["status"]["observedGeneration"] = 2.into();
+        assert_eq!(observed.diff(&parse(v)).text(), "observed generation 1 -> 2", "the kubelet saw a new generation");
         let mut v = base.clone();
         v["metadata"]["managedFields"] = json!([{"manager": "m"}]);
         assert_eq!(old.diff(&parse(v)).text(), "other fields (part unknown)");
@@ -602,7 +616,7 @@ mod tests {
             "Running",
             c(json!({"terminated": {"exitCode": 1, "reason": "Error", "message": huge}}), 0, json!({})),
         );
-        let State::Terminated(t) = &new.status.as_ref().unwrap().container_statuses[0].state else { panic!() };
+        let State::Terminated(t) = &new.pod.status.as_ref().unwrap().container_statuses[0].state else { panic!() };
         let kept = t.message.as_deref().unwrap();
         assert!(
             kept.starts_with(r"line one\nline two\u{1b}[2Jxxx") && kept.ends_with("…(cut, 1048597 bytes)"),

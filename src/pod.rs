@@ -27,14 +27,12 @@ use crate::describe::{Text, Word};
 ///
 /// It is still a Kubernetes resource to kube (see the two trait impls below),
 /// so `Api<Pod>`, the watcher and the reflector `Store` work as usual.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(from = "PodJson")]
 pub struct Pod {
     pub metadata: ObjectMeta,
     pub spec: Option<Spec>,
-    /// Behind an `Arc` so that the worker's memory of the pod (`PodState`)
-    /// shares it instead of copying every container's state.
-    pub status: Option<Arc<Status>>,
+    pub status: Option<Status>,
     /// A fingerprint of the metadata no line shows (see [`KeptMetadata`]):
     /// the one way to tell that an update changed, say, an annotation,
     /// without keeping the annotations.
@@ -48,7 +46,7 @@ struct PodJson {
     metadata: KeptMetadata,
     spec: Option<Spec>,
     #[serde(default, deserialize_with = "fingerprinted_status")]
-    status: Option<Arc<Status>>,
+    status: Option<Status>,
 }
 
 impl From<PodJson> for Pod {
@@ -102,7 +100,7 @@ struct KeptMetadata {
     deletion_grace_period_seconds: Option<i64>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Spec {
     pub node_name: Option<String>,
@@ -120,6 +118,9 @@ pub struct Status {
     pub message: Option<Text>,
     #[serde(default)]
     pub conditions: Conditions,
+    /// The pod generation the kubelet has acted on: it follows `generation`
+    /// after a spec change or the start of a delete.
+    pub observed_generation: Option<i64>,
     /// `Box<[_]>` rather than `Vec`: a `Vec` parsed from JSON keeps the room
     /// it grew to (4 entries for 2 containers); a boxed slice is exact.
     #[serde(default, deserialize_with = "null_as_empty")]
@@ -293,13 +294,13 @@ impl Hash for Fingerprint {
 /// from that text into [`Status`], which keeps what the log shows. The API
 /// server writes a status the same way each time (Go sorts map keys), so an
 /// unchanged status hashes the same.
-fn fingerprinted_status<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Arc<Status>>, D::Error> {
+fn fingerprinted_status<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Status>, D::Error> {
     let Some(raw) = Option::<Box<RawValue>>::deserialize(deserializer)? else {
         return Ok(None);
     };
     let mut status: Status = serde_json::from_str(raw.get()).map_err(D::Error::custom)?;
     status.fingerprint = hash_of(raw.get());
-    Ok(Some(Arc::new(status)))
+    Ok(Some(status))
 }
 
 fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(deserializer: D) -> Result<T, D::Error> {
@@ -333,10 +334,11 @@ impl k8s_openapi::Metadata for Pod {
     }
 }
 
-/// The small summary of a pod that the worker remembers and compares. It is
-/// copied out of the cache: the cache's `Arc<Pod>` is shared with the
-/// informer and must never be changed (Rust enforces it, client-go only asks).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The small summary of a pod that the worker remembers and compares. Its
+/// fields are copied out of the cache; the rest of the pod is shared with it:
+/// `pod` is the cache's own `Arc`, which Rust lets us read and never change
+/// (client-go only asks its users not to change what the informer holds).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodState {
     pub uid: String,
     pub resource_version: String,
@@ -349,20 +351,15 @@ pub struct PodState {
     /// `deletionTimestamp` is set: the pod is being deleted (kubectl's
     /// "Terminating"); the API server removes it once its containers stopped.
     pub terminating: bool,
-    /// The grace period of the delete, once `terminating`: a shorter one
-    /// comes last, when the kubelet confirms the containers stopped (0 s).
-    pub grace_period: Option<i64>,
-    /// `metadata.generation`: it moves when the spec changed.
-    pub generation: i64,
-    /// The fingerprint of the metadata no line shows.
-    pub unshown_metadata: u64,
-    /// The status the cache holds, shared rather than copied: a pod that has
-    /// not changed since its last line costs the worker one pointer for it.
-    pub status: Option<Arc<Status>>,
+    /// The version of the pod this state was taken from, for what describe.rs
+    /// compares beyond the summary: container states, conditions, the
+    /// fingerprints. A pointer, not a copy: while the pod does not change,
+    /// the worker and the cache hold the same one, so remembering it is free.
+    pub pod: Arc<Pod>,
 }
 
 impl PodState {
-    pub fn of(pod: &Pod) -> PodState {
+    pub fn of(pod: &Arc<Pod>) -> PodState {
         let status = pod.status.as_ref();
         let containers = status.map(|s| &s.container_statuses[..]).unwrap_or_default();
         PodState {
@@ -375,10 +372,7 @@ impl PodState {
             restarts: containers.iter().map(|c| i64::from(c.restart_count)).sum(),
             labels: pod.labels().clone(),
             terminating: pod.metadata.deletion_timestamp.is_some(),
-            grace_period: pod.metadata.deletion_grace_period_seconds,
-            generation: pod.metadata.generation.unwrap_or_default(),
-            unshown_metadata: pod.unshown_metadata,
-            status: status.cloned(),
+            pod: pod.clone(),
         }
     }
 }
@@ -416,7 +410,7 @@ mod tests {
                                            "state": {"waiting": {"reason": "PodInitializing"}}}]
             }
         });
-        let p: Pod = serde_json::from_value(json).unwrap();
+        let p: Arc<Pod> = Arc::new(serde_json::from_value(json).unwrap());
         assert_eq!((p.name_any(), p.namespace().as_deref(), p.uid().as_deref()), ("p".into(), Some("a"), Some("u1")));
         assert_eq!(p.resource_version().as_deref(), Some("7"));
         assert_eq!(p.metadata.generation, Some(2));
@@ -439,13 +433,13 @@ mod tests {
         assert_eq!(status.conditions, conditions, "the gate's condition is not kept");
         let state = PodState::of(&p);
         assert_eq!((state.ready, state.containers, state.restarts, state.terminating), (1, 1, 2, true));
-        assert!(Arc::ptr_eq(state.status.as_ref().unwrap(), status), "the worker shares the cache's status");
+        assert!(Arc::ptr_eq(&state.pod, &p), "the worker shares the cache's pod");
     }
 
     #[test]
     fn a_pod_with_neither_spec_nor_status_parses() {
         let p: Pod = serde_json::from_str(r#"{"metadata": {"name": "p", "namespace": "a"}}"#).unwrap();
-        assert_eq!(PodState::of(&p).phase, "Unknown");
+        assert_eq!(PodState::of(&Arc::new(p)).phase, "Unknown");
         let p: Pod = serde_json::from_str(r#"{"metadata": {"name": "p"}, "spec": null, "status": null}"#).unwrap();
         assert!(p.status.is_none());
         let empty = r#"{"metadata": {}, "status": {"containerStatuses": null, "conditions": null}}"#;

@@ -17,7 +17,7 @@ use crate::key::Key;
 use crate::pod::PodState;
 
 /// One line of output, before it is logged.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Change {
     Add(PodState),
     Update { old: PodState, new: PodState },
@@ -64,7 +64,7 @@ pub fn decide(last: Option<&PodState>, tombstones: &[PodState], current: Option<
 }
 
 /// One change as the sync logged it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Line {
     pub change: Change,
     /// The pod came in the first list (`initial_list=true`).
@@ -136,7 +136,7 @@ impl Worker {
             debug!(%key, "no change (resync or a merged add+delete already logged)");
             return Ok(Vec::new());
         }
-        let current = snapshot.current.as_deref().map(PodState::of);
+        let current = snapshot.current.as_ref().map(PodState::of);
         let tombstones: Vec<PodState> = snapshot.tombstones.iter().map(|t| PodState::of(&t.pod)).collect();
         let changes = decide(last.as_ref(), &tombstones, current.as_ref());
 

@@ -578,11 +578,20 @@ async fn lived(
     let about = async || -> Vec<Value> {
         log_of(&client, &controller, false).await.into_iter().filter(|l| l["namespace"] == ns).collect()
     };
-    let living = until(&format!("the log to tell what happened to {name}"), Duration::from_secs(120), || async {
+    let start = Instant::now();
+    let living = loop {
         let lines = about().await;
-        enough(&updates(&lines, name)).then_some(lines)
-    })
-    .await;
+        let told = updates(&lines, name);
+        if enough(&told) {
+            break lines;
+        }
+        let status = pods.get_opt(name).await.ok().flatten().and_then(|p| p.status);
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "{name}: not told yet in {told:#?}\nits status: {status:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     pods.delete(name, &DeleteParams::default()).await.unwrap();
     let all = until("the onDelete line", Duration::from_secs(60), || async {
         let lines = about().await;
