@@ -599,6 +599,9 @@ async fn lived(
     })
     .await;
     Api::<Namespace>::all(client.clone()).delete(&ns, &DeleteParams::default()).await.unwrap();
+    // What a reader of the log saw (shown with --nocapture).
+    let changes: Vec<String> = all.iter().map(|l| format!("{} {}", l["message"], l["changes"])).collect();
+    eprintln!("{name}: {changes:#?}");
     (living, all)
 }
 
@@ -612,10 +615,11 @@ fn line_with<'a>(lines: &'a [Value], want: &str) -> &'a Value {
 #[ignore = "needs root and the local node: run `make test` as root"]
 async fn node_a_container_over_its_memory_limit_is_logged_oomkilled() {
     let _turn = TURN.lock().await;
-    // dd's 200 MB buffer, under a 50 MiB limit: the kernel kills it.
+    // dd's 200 MB buffer, under a 50 MiB limit: the kernel kills it. (The
+    // image links only a few applets; busybox itself has them all.)
     let container = json!({
         "name": "hog", "image": "docker.io/library/busybox:local", "imagePullPolicy": "Never",
-        "command": ["dd", "if=/dev/zero", "of=/dev/null", "bs=200M", "count=1"],
+        "command": ["busybox", "dd", "if=/dev/zero", "of=/dev/null", "bs=200M", "count=1"],
         "resources": { "limits": { "memory": "50Mi" }, "requests": { "memory": "50Mi" } }
     });
     let killed = "hog: terminated OOMKilled (exit 137)";
