@@ -8,8 +8,10 @@
 //! versions into words:
 //!
 //! ```text
-//! app: terminated OOMKilled (exit 137), ready 1/1 -> 0/1, Ready True -> False
-//! app: waiting CrashLoopBackOff (back-off 20s restarting failed container=app ...), restarts 0 -> 1 (last: Error, exit 3)
+//! hog: terminated OOMKilled (exit 137), PodReadyToStartContainers False -> True
+//! restarts 0 -> 1 (last: Error, exit 3)
+//! crash: waiting CrashLoopBackOff (back-off 10s restarting failed container=crash pod=...)
+//! app: waiting ErrImagePull (failed to pull and unpack image "127.0.0.1:9/none:1": ...)
 //! phase Running -> Failed, Evicted: The node was low on resource: memory.
 //! ```
 //!
@@ -57,7 +59,8 @@ impl Word {
         } else {
             raw
         };
-        // Held for a lookup only, and taken by the one task that parses.
+        // Held for a lookup only; pods are parsed mostly by the watcher's one
+        // task, so it is rarely contended.
         let mut shared = SHARED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(word) = shared.get(text) {
             return Word(word.clone());
@@ -112,8 +115,9 @@ impl fmt::Display for Text {
     }
 }
 
-/// Both are parsed from a borrowed `&str` when the JSON allows it: a 1 MB
-/// message is read in place and only its first [`MESSAGE_CHARS`] are copied.
+/// Both are parsed from a borrowed `&str` when the JSON allows it (no escapes
+/// in the string): a 1 MB message is read in place and only its first
+/// [`MESSAGE_CHARS`] are copied.
 struct StrVisitor<T>(fn(&str) -> T);
 
 impl<T> serde::de::Visitor<'_> for StrVisitor<T> {

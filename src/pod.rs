@@ -273,7 +273,7 @@ impl<'de> Deserialize<'de> for Conditions {
 }
 
 /// A hash of a value's JSON text, for the parts we do not keep. The text is
-/// borrowed for the moment of the hash, then dropped; eight bytes stay.
+/// copied for the moment of the hash, then dropped; eight bytes stay.
 struct Fingerprint(u64);
 
 impl<'de> Deserialize<'de> for Fingerprint {
@@ -293,7 +293,9 @@ impl Hash for Fingerprint {
 /// (so "something in the status changed" is known without keeping it), then
 /// from that text into [`Status`], which keeps what the log shows. The API
 /// server writes a status the same way each time (Go sorts map keys), so an
-/// unchanged status hashes the same.
+/// unchanged status hashes the same. The raw text is a copy that lives for
+/// the moment of the parse: a 1 MB message passes through it, and only its
+/// first [`MESSAGE_CHARS`](crate::describe::MESSAGE_CHARS) characters stay.
 fn fingerprinted_status<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Status>, D::Error> {
     let Some(raw) = Option::<Box<RawValue>>::deserialize(deserializer)? else {
         return Ok(None);
