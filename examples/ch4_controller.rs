@@ -314,8 +314,9 @@ async fn on_signal(shutdown: CancellationToken) {
 //   they are in neither the cache nor `last_synced`, so nothing is logged.
 //   src/informer.rs `Cache::apply` (Delete) keeps the final state, and
 //   src/worker.rs `decide` logs onAdd then onDelete.
-// - The final state in onDelete and what changed in onUpdate: src/pod.rs
-//   `PodState::diff`, src/worker.rs `log`.
+// - The final state in onDelete and what changed in onUpdate, with the
+//   reasons kubectl describe would give (OOMKilled, exit 3, CrashLoopBackOff):
+//   src/describe.rs `PodState::diff`, src/worker.rs `log`.
 // - Retries with a backoff that grows, Forget and a retry limit, for a sync
 //   that fails: src/controller.rs `process_next_work_item`, `MAX_ATTEMPTS`,
 //   src/queue.rs `Queue::add_rate_limited`. (In the logger only the fault

@@ -13,13 +13,15 @@
 //! ```
 //!
 //! Around that core, one concept each: pod (what of a pod we keep and show),
-//! cli (flags), client (kubeconfig and clear errors), logging, signals (and
-//! the side thread that hears them), probes (/readyz, /healthz), metrics
+//! describe (the words for what changed, as kubectl describe says it), cli
+//! (flags), client (kubeconfig and clear errors), logging, signals (and the
+//! side thread that hears them), probes (/readyz, /healthz), metrics
 //! (/metrics) and faults (the test seam).
 
 pub mod cli;
 pub mod client;
 pub mod controller;
+pub mod describe;
 pub mod faults;
 pub mod informer;
 pub mod key;

@@ -2,13 +2,19 @@
 //!
 //! Two small decisions every pod logger makes: which fields are worth their
 //! memory in the cache (`Pod`), and which ones a line about the pod should
-//! carry and compare (`PodState`).
+//! carry and compare (`PodState`). The words for a change are in describe.rs.
 
 use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::ResourceExt;
+use serde::de::{Error as _, IgnoredAny};
 use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+use crate::describe::{Text, Word};
 
 /// A pod as the cache keeps it: only the fields the log lines use.
 ///
@@ -21,58 +27,294 @@ use serde::{Deserialize, Deserializer};
 ///
 /// It is still a Kubernetes resource to kube (see the two trait impls below),
 /// so `Api<Pod>`, the watcher and the reflector `Store` work as usual.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(from = "PodJson")]
 pub struct Pod {
-    #[serde(deserialize_with = "kept_metadata")]
     pub metadata: ObjectMeta,
     pub spec: Option<Spec>,
     pub status: Option<Status>,
+    /// A fingerprint of the metadata no line shows (see [`KeptMetadata`]):
+    /// the one way to tell that an update changed, say, an annotation,
+    /// without keeping the annotations.
+    pub unshown_metadata: u64,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+/// The pod as it is parsed, before the metadata is split into the part we
+/// keep and the fingerprint of the rest.
+#[derive(Deserialize)]
+struct PodJson {
+    metadata: KeptMetadata,
+    spec: Option<Spec>,
+    #[serde(default, deserialize_with = "fingerprinted_status")]
+    status: Option<Status>,
+}
+
+impl From<PodJson> for Pod {
+    fn from(p: PodJson) -> Pod {
+        let m = p.metadata;
+        let unshown = (m.annotations, m.owner_references, m.finalizers);
+        Pod {
+            metadata: ObjectMeta {
+                name: m.name,
+                namespace: m.namespace,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                generation: m.generation,
+                labels: m.labels,
+                deletion_timestamp: m.deletion_timestamp,
+                deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+                ..ObjectMeta::default()
+            },
+            spec: p.spec,
+            status: p.status,
+            unshown_metadata: hash_of(&unshown),
+        }
+    }
+}
+
+/// The metadata we keep: what identifies the pod (name, namespace, uid,
+/// resourceVersion), what the log shows (labels, deletionTimestamp and its
+/// grace period) and `generation`, which the API server raises by one for
+/// every change to the pod's spec (for pods since Kubernetes 1.33) and when a
+/// delete starts: the spec's fingerprint, free.
+///
+/// Of the rest of ObjectMeta, what a client can change after the create is
+/// fingerprinted: annotations, ownerReferences and finalizers. Left out, and
+/// skipped unparsed: the fields fixed at create (generateName,
+/// creationTimestamp), and `managedFields`, whose timestamps change with any
+/// write, status included: it would make every update look like a metadata
+/// change, as resourceVersion would.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KeptMetadata {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    generation: Option<i64>,
+    labels: Option<BTreeMap<String, String>>,
+    deletion_timestamp: Option<Time>,
+    annotations: Option<Fingerprint>,
+    owner_references: Option<Fingerprint>,
+    finalizers: Option<Fingerprint>,
+    deletion_grace_period_seconds: Option<i64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Spec {
     pub node_name: Option<String>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+/// What `kubectl describe pod` shows of the status, and a fingerprint of the
+/// whole of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     pub phase: Option<String>,
-    pub container_statuses: Option<Vec<ContainerStatus>>,
+    /// Why the whole pod stopped, when it did: `Evicted`, `DeadlineExceeded`...
+    pub reason: Option<Word>,
+    /// And in words: "The node was low on resource: memory. ..."
+    pub message: Option<Text>,
+    #[serde(default)]
+    pub conditions: Conditions,
+    /// The pod generation the kubelet has acted on: it follows `generation`
+    /// after a spec change or the start of a delete.
+    pub observed_generation: Option<i64>,
+    /// `Box<[_]>` rather than `Vec`: a `Vec` parsed from JSON keeps the room
+    /// it grew to (4 entries for 2 containers); a boxed slice is exact.
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub init_container_statuses: Box<[ContainerStatus]>,
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub container_statuses: Box<[ContainerStatus]>,
+    /// A hash of the status's whole JSON (see [`fingerprinted_status`]).
+    #[serde(skip)]
+    pub fingerprint: u64,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+/// One container, as kubectl describe's "State" and "Last State" show it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerStatus {
+    /// Interned: `app` is one string for all the pods that have an `app`.
+    pub name: Word,
     pub ready: bool,
     pub restart_count: i32,
+    #[serde(default)]
+    pub state: State,
+    /// The state before the last restart: what a crash loop's exit code is in.
+    #[serde(default)]
+    pub last_state: State,
 }
 
-/// The metadata we keep: what identifies the pod (name, namespace, uid,
-/// resourceVersion) and what the log shows (labels, deletionTimestamp).
-/// `managedFields`, annotations, owners and the rest are skipped unparsed.
-fn kept_metadata<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Kept {
-        name: Option<String>,
-        namespace: Option<String>,
-        uid: Option<String>,
-        resource_version: Option<String>,
-        labels: Option<BTreeMap<String, String>>,
-        deletion_timestamp: Option<Time>,
+/// A container's state. Small on purpose: a running container (most of them)
+/// costs the tag alone; waiting and terminated box their details, which only
+/// the few containers in trouble pay for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(from = "StateJson")]
+pub enum State {
+    /// No state reported (yet), or one this version does not know.
+    #[default]
+    Unknown,
+    Waiting(Box<Waiting>),
+    /// When it started is left out: a restart shows in the restart count.
+    Running,
+    Terminated(Box<Terminated>),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct Waiting {
+    /// `ContainerCreating`, `CrashLoopBackOff`, `ErrImagePull`...
+    pub reason: Option<Word>,
+    /// "back-off 20s restarting failed container=...", cut and escaped.
+    pub message: Option<Text>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Terminated {
+    pub exit_code: i32,
+    /// The signal that killed it, when the runtime says (most do not).
+    pub signal: Option<i32>,
+    /// `Completed`, `Error`, `OOMKilled`...
+    pub reason: Option<Word>,
+    /// The container's termination message, cut and escaped.
+    pub message: Option<Text>,
+}
+
+/// The API's `ContainerState`: one of three optional fields.
+#[derive(Deserialize)]
+struct StateJson {
+    waiting: Option<Waiting>,
+    running: Option<IgnoredAny>,
+    terminated: Option<Terminated>,
+}
+
+impl From<StateJson> for State {
+    fn from(s: StateJson) -> State {
+        match s {
+            StateJson { terminated: Some(t), .. } => State::Terminated(Box::new(t)),
+            StateJson { waiting: Some(w), .. } => State::Waiting(Box::new(w)),
+            StateJson { running: Some(_), .. } => State::Running,
+            _ => State::Unknown,
+        }
     }
-    let m = Kept::deserialize(deserializer)?;
-    Ok(ObjectMeta {
-        name: m.name,
-        namespace: m.namespace,
-        uid: m.uid,
-        resource_version: m.resource_version,
-        labels: m.labels,
-        deletion_timestamp: m.deletion_timestamp,
-        ..ObjectMeta::default()
-    })
+}
+
+/// The pod conditions kubectl describe lists, each True, False, Unknown or
+/// absent: six bytes, where the API's list costs hundreds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Conditions(pub [Option<Truth>; Condition::ALL.len()]);
+
+/// The conditions we keep, in the order a line names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum Condition {
+    PodScheduled,
+    PodReadyToStartContainers,
+    Initialized,
+    ContainersReady,
+    Ready,
+    /// Set before the pod is evicted or preempted.
+    DisruptionTarget,
+    /// Any other type (a readiness gate's, a newer one): not kept.
+    #[serde(other)]
+    Other,
+}
+
+impl Condition {
+    pub const ALL: [Condition; 6] = [
+        Condition::PodScheduled,
+        Condition::PodReadyToStartContainers,
+        Condition::Initialized,
+        Condition::ContainersReady,
+        Condition::Ready,
+        Condition::DisruptionTarget,
+    ];
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum Truth {
+    True,
+    False,
+    #[serde(other)]
+    Unknown,
+}
+
+/// Both print as the API spells them, which is their variants' names.
+impl std::fmt::Display for Condition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+impl std::fmt::Display for Truth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+impl<'de> Deserialize<'de> for Conditions {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Conditions, D::Error> {
+        /// One entry of the list; its times, reason and message are skipped.
+        #[derive(Deserialize)]
+        struct Entry {
+            #[serde(rename = "type")]
+            kind: Condition,
+            status: Truth,
+        }
+        let mut kept = Conditions::default();
+        for entry in Option::<Vec<Entry>>::deserialize(deserializer)?.unwrap_or_default() {
+            if let Some(i) = Condition::ALL.iter().position(|c| *c == entry.kind) {
+                kept.0[i] = Some(entry.status);
+            }
+        }
+        Ok(kept)
+    }
+}
+
+/// A hash of a value's JSON text, for the parts we do not keep. The text is
+/// copied for the moment of the hash, then dropped; eight bytes stay.
+struct Fingerprint(u64);
+
+impl<'de> Deserialize<'de> for Fingerprint {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Fingerprint, D::Error> {
+        let raw = Box::<RawValue>::deserialize(deserializer)?;
+        Ok(Fingerprint(hash_of(raw.get())))
+    }
+}
+
+impl Hash for Fingerprint {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
+/// The status is parsed twice: once as raw JSON text to hash the whole of it
+/// (so "something in the status changed" is known without keeping it), then
+/// from that text into [`Status`], which keeps what the log shows. The API
+/// server writes a status the same way each time (Go sorts map keys), so an
+/// unchanged status hashes the same. The raw text is a copy that lives for
+/// the moment of the parse: a 1 MB message passes through it, and only its
+/// first [`MESSAGE_CHARS`](crate::describe::MESSAGE_CHARS) characters stay.
+fn fingerprinted_status<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Status>, D::Error> {
+    let Some(raw) = Option::<Box<RawValue>>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    let mut status: Status = serde_json::from_str(raw.get()).map_err(D::Error::custom)?;
+    status.fingerprint = hash_of(raw.get());
+    Ok(Some(status))
+}
+
+fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(deserializer: D) -> Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// std's SipHash with its fixed keys: the same value gives the same hash for
+/// the life of the process, which is all a comparison of two versions needs.
+fn hash_of<T: Hash + ?Sized>(value: &T) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl k8s_openapi::Resource for Pod {
@@ -94,10 +336,11 @@ impl k8s_openapi::Metadata for Pod {
     }
 }
 
-/// The small summary of a pod that the worker remembers and compares. It is
-/// copied out of the cache: the cache's `Arc<Pod>` is shared with the
-/// informer and must never be changed (Rust enforces it, client-go only asks).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The small summary of a pod that the worker remembers and compares. Its
+/// fields are copied out of the cache; the rest of the pod is shared with it:
+/// `pod` is the cache's own `Arc`, which Rust lets us read and never change
+/// (client-go only asks its users not to change what the informer holds).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodState {
     pub uid: String,
     pub resource_version: String,
@@ -110,12 +353,17 @@ pub struct PodState {
     /// `deletionTimestamp` is set: the pod is being deleted (kubectl's
     /// "Terminating"); the API server removes it once its containers stopped.
     pub terminating: bool,
+    /// The version of the pod this state was taken from, for what describe.rs
+    /// compares beyond the summary: container states, conditions, the
+    /// fingerprints. A pointer, not a copy: while the pod does not change,
+    /// the worker and the cache hold the same one, so remembering it is free.
+    pub pod: Arc<Pod>,
 }
 
 impl PodState {
-    pub fn of(pod: &Pod) -> PodState {
+    pub fn of(pod: &Arc<Pod>) -> PodState {
         let status = pod.status.as_ref();
-        let containers = status.and_then(|s| s.container_statuses.as_deref()).unwrap_or_default();
+        let containers = status.map(|s| &s.container_statuses[..]).unwrap_or_default();
         PodState {
             uid: pod.uid().unwrap_or_default(),
             resource_version: pod.resource_version().unwrap_or_default(),
@@ -126,47 +374,9 @@ impl PodState {
             restarts: containers.iter().map(|c| i64::from(c.restart_count)).sum(),
             labels: pod.labels().clone(),
             terminating: pod.metadata.deletion_timestamp.is_some(),
+            pod: pod.clone(),
         }
     }
-
-    /// What changed from `self` to `new`, for the onUpdate line.
-    pub fn diff(&self, new: &PodState) -> String {
-        let mut changes = Vec::new();
-        if new.terminating && !self.terminating {
-            changes.push("terminating".to_string());
-        }
-        if self.phase != new.phase {
-            changes.push(format!("phase {} -> {}", self.phase, new.phase));
-        }
-        if self.node != new.node {
-            changes.push(format!("node {} -> {}", or_none(&self.node), or_none(&new.node)));
-        }
-        if (self.ready, self.containers) != (new.ready, new.containers) {
-            changes.push(format!("ready {}/{} -> {}/{}", self.ready, self.containers, new.ready, new.containers));
-        }
-        if self.restarts != new.restarts {
-            changes.push(format!("restarts {} -> {}", self.restarts, new.restarts));
-        }
-        for (k, v) in &new.labels {
-            match self.labels.get(k) {
-                None => changes.push(format!("label +{k}={v}")),
-                Some(old) if old != v => changes.push(format!("label {k}={old} -> {k}={v}")),
-                Some(_) => {}
-            }
-        }
-        for k in self.labels.keys().filter(|k| !new.labels.contains_key(*k)) {
-            changes.push(format!("label -{k}"));
-        }
-        if changes.is_empty() {
-            // Something we do not summarise (an annotation, a condition...).
-            changes.push("other fields".into());
-        }
-        changes.join(", ")
-    }
-}
-
-fn or_none(s: &str) -> &str {
-    if s.is_empty() { "<none>" } else { s }
 }
 
 #[cfg(test)]
@@ -179,7 +389,7 @@ mod tests {
         let json = serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {
-                "name": "p", "namespace": "a", "uid": "u1", "resourceVersion": "7",
+                "name": "p", "namespace": "a", "uid": "u1", "resourceVersion": "7", "generation": 2,
                 "labels": {"app": "web"},
                 "annotations": {"big": "x".repeat(4096)},
                 "deletionTimestamp": "2026-11-21T15:00:00Z",
@@ -189,13 +399,23 @@ mod tests {
             "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "registry/image:tag"}]},
             "status": {
                 "phase": "Running", "hostIP": "10.0.0.1",
+                "conditions": [
+                    {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": null},
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "example.com/gate", "status": "True"}
+                ],
                 "containerStatuses": [{"name": "c", "image": "registry/image:tag", "imageID": "sha256:1",
-                                       "ready": true, "restartCount": 2, "state": {"running": {}}}]
+                                       "ready": true, "restartCount": 2, "state": {"running": {}},
+                                       "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                                                                    "finishedAt": "2026-11-21T14:00:00Z"}}}],
+                "initContainerStatuses": [{"name": "init", "ready": false, "restartCount": 0,
+                                           "state": {"waiting": {"reason": "PodInitializing"}}}]
             }
         });
-        let p: Pod = serde_json::from_value(json).unwrap();
+        let p: Arc<Pod> = Arc::new(serde_json::from_value(json).unwrap());
         assert_eq!((p.name_any(), p.namespace().as_deref(), p.uid().as_deref()), ("p".into(), Some("a"), Some("u1")));
         assert_eq!(p.resource_version().as_deref(), Some("7"));
+        assert_eq!(p.metadata.generation, Some(2));
         assert_eq!(p.labels().get("app").map(String::as_str), Some("web"));
         assert!(p.metadata.deletion_timestamp.is_some());
         assert!(p.metadata.annotations.is_none() && p.metadata.managed_fields.is_none());
@@ -203,16 +423,29 @@ mod tests {
         assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"));
         let status = p.status.as_ref().unwrap();
         assert_eq!(status.phase.as_deref(), Some("Running"));
-        let c = &status.container_statuses.as_ref().unwrap()[0];
-        assert_eq!((c.ready, c.restart_count), (true, 2));
+        let c = &status.container_statuses[0];
+        assert_eq!((&*c.name, c.ready, c.restart_count, &c.state), ("c", true, 2, &State::Running));
+        let State::Terminated(last) = &c.last_state else { panic!("{:?}", c.last_state) };
+        assert_eq!((last.exit_code, last.reason.as_deref(), last.signal), (137, Some("OOMKilled"), None));
+        let State::Waiting(init) = &status.init_container_statuses[0].state else { panic!("{status:?}") };
+        assert_eq!(init.reason.as_deref(), Some("PodInitializing"));
+        let mut conditions = Conditions::default();
+        conditions.0[0] = Some(Truth::True); // PodScheduled
+        conditions.0[4] = Some(Truth::False); // Ready
+        assert_eq!(status.conditions, conditions, "the gate's condition is not kept");
         let state = PodState::of(&p);
         assert_eq!((state.ready, state.containers, state.restarts, state.terminating), (1, 1, 2, true));
+        assert!(Arc::ptr_eq(&state.pod, &p), "the worker shares the cache's pod");
     }
 
     #[test]
     fn a_pod_with_neither_spec_nor_status_parses() {
         let p: Pod = serde_json::from_str(r#"{"metadata": {"name": "p", "namespace": "a"}}"#).unwrap();
-        assert_eq!(PodState::of(&p).phase, "Unknown");
+        assert_eq!(PodState::of(&Arc::new(p)).phase, "Unknown");
+        let p: Pod = serde_json::from_str(r#"{"metadata": {"name": "p"}, "spec": null, "status": null}"#).unwrap();
+        assert!(p.status.is_none());
+        let empty = r#"{"metadata": {}, "status": {"containerStatuses": null, "conditions": null}}"#;
+        assert!(serde_json::from_str::<Pod>(empty).unwrap().status.unwrap().container_statuses.is_empty());
     }
 
     #[test]
@@ -220,30 +453,36 @@ mod tests {
         let slim = std::mem::size_of::<Pod>();
         let full = std::mem::size_of::<k8s_openapi::api::core::v1::Pod>();
         assert!(slim * 4 < full, "slim {slim} B vs full {full} B");
+        // Most containers run: their state is a tag, its details are boxed.
+        assert_eq!(std::mem::size_of::<State>(), 16);
     }
 
+    /// What a fingerprint tells apart, through the watch's own parser.
     #[test]
-    fn diff_names_every_summarised_change() {
-        let old = PodState {
-            phase: "Pending".into(),
-            containers: 1,
-            labels: [("app".into(), "a".into()), ("gone".into(), "x".into())].into(),
-            ..Default::default()
+    fn fingerprints_move_only_with_their_part() {
+        let pod = |metadata: &str, status: &str| -> Pod {
+            let json =
+                format!(r#"{{"metadata": {{"name": "p", {metadata}}}, "status": {{"phase": "Running", {status}}}}}"#);
+            serde_json::from_str(&json).unwrap()
         };
-        let new = PodState {
-            phase: "Running".into(),
-            node: "n1".into(),
-            ready: 1,
-            containers: 1,
-            restarts: 2,
-            labels: [("app".into(), "b".into()), ("tier".into(), "web".into())].into(),
-            terminating: true,
-            ..Default::default()
-        };
-        assert_eq!(
-            old.diff(&new),
-            "terminating, phase Pending -> Running, node <none> -> n1, ready 0/1 -> 1/1, restarts 0 -> 2, label app=a -> app=b, label +tier=web, label -gone"
+        let old = pod(
+            r#""resourceVersion": "1", "annotations": {"a": "1"}, "managedFields": [{"time": "t1"}]"#,
+            r#""podIP": "10.0.0.1""#,
         );
-        assert_eq!(old.diff(&old), "other fields");
+        // resourceVersion and managedFields change on every write: not a metadata change.
+        let rewritten = pod(
+            r#""resourceVersion": "2", "annotations": {"a": "1"}, "managedFields": [{"time": "t2"}]"#,
+            r#""podIP": "10.0.0.1""#,
+        );
+        assert_eq!(rewritten.unshown_metadata, old.unshown_metadata);
+        let annotated = pod(r#""annotations": {"a": "2"}"#, r#""podIP": "10.0.0.1""#);
+        assert_ne!(annotated.unshown_metadata, old.unshown_metadata);
+        let finalized = pod(r#""annotations": {"a": "1"}, "finalizers": ["x"]"#, r#""podIP": "10.0.0.1""#);
+        assert_ne!(finalized.unshown_metadata, old.unshown_metadata);
+        let status = |p: &Pod| p.status.clone().unwrap();
+        assert_eq!(status(&rewritten).fingerprint, status(&old).fingerprint, "the same status, the same hash");
+        let moved = pod(r#""annotations": {"a": "1"}"#, r#""podIP": "10.0.0.2""#);
+        assert_ne!(status(&moved).fingerprint, status(&old).fingerprint, "a field we do not keep moved");
+        assert_eq!(moved.unshown_metadata, old.unshown_metadata);
     }
 }

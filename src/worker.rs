@@ -17,7 +17,7 @@ use crate::key::Key;
 use crate::pod::PodState;
 
 /// One line of output, before it is logged.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Change {
     Add(PodState),
     Update { old: PodState, new: PodState },
@@ -64,7 +64,7 @@ pub fn decide(last: Option<&PodState>, tombstones: &[PodState], current: Option<
 }
 
 /// One change as the sync logged it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Line {
     pub change: Change,
     /// The pod came in the first list (`initial_list=true`).
@@ -136,7 +136,7 @@ impl Worker {
             debug!(%key, "no change (resync or a merged add+delete already logged)");
             return Ok(Vec::new());
         }
-        let current = snapshot.current.as_deref().map(PodState::of);
+        let current = snapshot.current.as_ref().map(PodState::of);
         let tombstones: Vec<PodState> = snapshot.tombstones.iter().map(|t| PodState::of(&t.pod)).collect();
         let changes = decide(last.as_ref(), &tombstones, current.as_ref());
 
@@ -249,6 +249,11 @@ impl LeftSelector {
 /// `onAdd` with `reason="now matches the selector"`. A pod that left the
 /// selector while the watch was down is found missing by the relist, which
 /// cannot tell why: a plain `onDelete`.
+///
+/// `onUpdate` says what changed in `changes`, in words (describe.rs), and
+/// repeats the facts a log pipeline counts by as fields of their own, present
+/// only when the change names them: `reasons` (`OOMKilled`, `CrashLoopBackOff
+/// ImagePullBackOff`...) and `exit_code`.
 fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>) {
     let (ns, name) = (key.namespace.as_str(), key.name.as_str());
     crate::metrics::event_logged(match change {
@@ -265,7 +270,17 @@ fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>) {
         }
         (Change::Add(p), None) => info!(namespace = ns, name, uid = p.uid, phase = p.phase, "onAdd: {key}"),
         (Change::Update { old, new }, _) => {
-            info!(namespace = ns, name, uid = new.uid, phase = new.phase, changes = old.diff(new), "onUpdate: {key}")
+            let diff = old.diff(new);
+            info!(
+                namespace = ns,
+                name,
+                uid = new.uid,
+                phase = new.phase,
+                changes = diff.text(),
+                reasons = diff.reasons().as_deref(),
+                exit_code = diff.exit_code,
+                "onUpdate: {key}"
+            )
         }
         (Change::Delete(p), Some(reason)) => {
             info!(namespace = ns, name, uid = p.uid, phase = p.phase, reason, "onDelete: {key}")
@@ -378,7 +393,7 @@ mod tests {
         cache.apply(Event::Apply(labelled));
         let changes = worker.sync(&key("p")).await.unwrap();
         assert_eq!(kinds(&changes), vec![("onUpdate", "u1".into())]);
-        assert!(matches!(&changes[0].change, Change::Update { old, new } if old.diff(new) == "label +tier=web"));
+        assert!(matches!(&changes[0].change, Change::Update { old, new } if old.diff(new).text() == "label +tier=web"));
         // A resync re-enqueues the key with nothing new: no line.
         assert!(worker.sync(&key("p")).await.unwrap().is_empty());
         cache.apply(Event::Delete(pod("ns", "p", "u1", "3")));

@@ -374,3 +374,77 @@ async fn text_logs_into_a_pipe_are_plain_lines() {
     );
     assert!(line.ends_with("phase=\"Pending\""), "{line:?}");
 }
+
+/// What the kubelet would write, written through pods/status, and what a
+/// client changes in metadata or spec: each onUpdate says what changed in
+/// words, or which part changed when no word covers it; hostile text in a
+/// status stays one short line, in JSON and in text.
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn an_update_says_why_or_which_part_changed() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Patch, PatchParams};
+    let c = cluster().await;
+    let ns = namespace(&c.client, "why").await;
+    let json = Logger::start(&c.kubeconfig, &["-n", &ns]);
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("--kubeconfig").arg(&c.kubeconfig).args(["-n", &ns, "--probe-addr", "0", "--metrics-addr", "0"]);
+    let text = Logger::spawn(cmd, &[]);
+    json.synced().await;
+    text.wait_for("cache synced", T, |v| v["raw"].as_str().is_some_and(|l| l.contains("cache synced"))).await;
+    create(&c.client, &ns, "p", &[]).await;
+    json.wait_events(&ns, 1).await;
+
+    let api = kube::Api::<Pod>::namespaced(c.client.clone(), &ns);
+    let params = PatchParams::default();
+    let mut n = 1;
+    let mut update = async |patch: serde_json::Value, status: bool| {
+        if status {
+            api.patch_status("p", &params, &Patch::Merge(&patch)).await.expect("patch the status");
+        } else {
+            api.patch("p", &params, &Patch::Merge(&patch)).await.expect("patch the pod");
+        }
+        n += 1;
+        json.wait_events(&ns, n).await;
+        json.event_lines(&ns)[n - 1].clone()
+    };
+    let line = update(serde_json::json!({"metadata": {"annotations": {"note": "x"}}}), false).await;
+    assert_eq!(line["changes"], "other fields (metadata)");
+    let line = update(serde_json::json!({"spec": {"activeDeadlineSeconds": 3600}}), false).await;
+    assert_eq!(line["changes"], "other fields (spec)", "the server counts spec changes in metadata.generation");
+    let line = update(serde_json::json!({"status": {"nominatedNodeName": "n1"}}), true).await;
+    assert_eq!(line["changes"], "other fields (status)");
+
+    let waiting = |message: &str| {
+        serde_json::json!({"status": {"containerStatuses": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+            "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ErrImagePull", "message": message}}}]}})
+    };
+    let line = update(waiting("failed to pull image"), true).await;
+    assert_eq!(line["changes"], "c: waiting ErrImagePull (failed to pull image), ready 0/0 -> 0/1");
+    assert_eq!((line["reasons"].as_str(), line.get("exit_code")), (Some("ErrImagePull"), None));
+    // A message with a newline and an escape sequence, and 300 kB of it.
+    let hostile = format!("line one\nline two\u{1b}[2J{}", "x".repeat(300_000));
+    let line = update(waiting(&hostile), true).await;
+    let want =
+        format!(r"c: waiting ErrImagePull (line one\nline two\u{{1b}}[2J{}…(cut, 300021 bytes))", "x".repeat(173));
+    assert_eq!(line["changes"], want.as_str());
+    let evicted = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi.";
+    let line =
+        update(serde_json::json!({"status": {"phase": "Failed", "reason": "Evicted", "message": evicted}}), true).await;
+    assert_eq!(line["changes"], format!("phase Pending -> Failed, Evicted: {evicted}"));
+    assert_eq!(line["reasons"], "Evicted", "the container's reason did not change: not named again");
+
+    // The same updates as text: one line each, the hostile one short. (That
+    // logger syncs on its own: it may have merged two updates in one line.)
+    let key = format!("onUpdate: {ns}/p");
+    let is_update = |v: &serde_json::Value| v["raw"].as_str().is_some_and(|l| l.contains(&key));
+    text.wait_for("the eviction as text", T, |v| is_update(v) && v["raw"].as_str().unwrap().contains("Evicted")).await;
+    let lines = text.lines();
+    let updates: Vec<&str> = lines.iter().filter(|v| is_update(v)).filter_map(|v| v["raw"].as_str()).collect();
+    let cut = updates.iter().find(|l| l.contains("line one")).expect("the hostile update");
+    assert!(cut.contains(r#"changes="c: waiting ErrImagePull (line one\\nline two\\u{1b}[2Jxxx"#), "{cut}");
+    assert!(cut.len() < 600, "{} bytes: {cut}", cut.len());
+    let whole = |v: &serde_json::Value| v["raw"].as_str().is_some_and(|l| l.starts_with("20")); // a timestamp
+    assert!(lines.iter().all(whole), "a line broken in two: {}", text.dump());
+}

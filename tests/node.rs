@@ -333,18 +333,18 @@ async fn node_log_shows_a_workload_pod_that_really_runs() {
     let messages: Vec<&str> = lines.iter().filter_map(|l| l["message"].as_str()).collect();
     assert_eq!(messages.first(), Some(&format!("onAdd: {key}").as_str()), "{lines:#?}");
     assert_eq!(messages.last(), Some(&format!("onDelete: {key}").as_str()), "{lines:#?}");
-    let changes: Vec<&str> = lines
-        .iter()
-        .filter(|l| l["message"] == format!("onUpdate: {key}"))
-        .filter_map(|l| l["changes"].as_str())
-        .flat_map(|c| c.split(", "))
-        .collect();
-    for want in ["node <none> -> demo-node", "phase Pending -> Running", "restarts 0 -> 1", "terminating"] {
+    let updates = updates(&lines, "worker");
+    let changes: Vec<&str> = updates.iter().flat_map(|c| c.split(", ")).collect();
+    for want in ["node <none> -> demo-node", "phase Pending -> Running", "terminating"] {
         assert!(changes.contains(&want), "no onUpdate with '{want}' in {changes:#?}");
     }
     // Ready 0/1 -> 1/1 at least twice: after the start and after the restart.
     assert!(changes.iter().filter(|c| **c == "ready 0/1 -> 1/1").count() >= 2, "{changes:#?}");
     assert!(changes.contains(&"ready 1/1 -> 0/1"), "the exit shows as not ready: {changes:#?}");
+    // The restart says how the first run ended.
+    let restart = "restarts 0 -> 1 (last: Error, exit 1)";
+    assert!(updates.iter().any(|c| c.contains(restart)), "no onUpdate with '{restart}' in {updates:#?}");
+    only_other_fields_never(&updates);
     Api::<Namespace>::all(client.clone()).delete(&ns, &DeleteParams::default()).await.unwrap();
 }
 
@@ -535,4 +535,149 @@ fn pem_to_der(pem: &str) -> Vec<u8> {
     use base64::Engine;
     let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
     base64::engine::general_purpose::STANDARD.decode(body).unwrap()
+}
+
+// --- Why: the reasons the kubelet gives, as onUpdate names them ---------------
+
+/// The `changes` of every onUpdate about the pod `name`, oldest first.
+fn updates(lines: &[Value], name: &str) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| l["name"] == name && l["message"].as_str().is_some_and(|m| m.starts_with("onUpdate: ")))
+        .filter_map(|l| l["changes"].as_str().map(String::from))
+        .collect()
+}
+
+/// No onUpdate left the reader with "other fields" alone: everything the
+/// kubelet did to these pods has words.
+fn only_other_fields_never(updates: &[String]) {
+    let vague: Vec<&String> = updates.iter().filter(|c| c.starts_with("other fields")).collect();
+    assert!(vague.is_empty(), "onUpdate lines that only say 'other fields': {vague:#?} of {updates:#?}");
+}
+
+/// Runs the one-container pod `name` in a fresh namespace and returns
+/// demo-controller's log lines about it once `enough` is true of their
+/// changes, and again after the pod was deleted (up to its onDelete).
+async fn lived(
+    name: &str,
+    restart_policy: &str,
+    container: Value,
+    enough: impl Fn(&[String]) -> bool,
+) -> (Vec<Value>, Vec<Value>) {
+    let client = admin().await;
+    let controller = deployed(&client).await.metadata.name.clone().unwrap();
+    let ns = workload_namespace(&client, name).await;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": { "terminationGracePeriodSeconds": 3, "containers": [container],
+                  "restartPolicy": restart_policy }
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let about = async || -> Vec<Value> {
+        log_of(&client, &controller, false).await.into_iter().filter(|l| l["namespace"] == ns).collect()
+    };
+    let start = Instant::now();
+    let living = loop {
+        let lines = about().await;
+        let told = updates(&lines, name);
+        if enough(&told) {
+            break lines;
+        }
+        let status = pods.get_opt(name).await.ok().flatten().and_then(|p| p.status);
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "{name}: not told yet in {told:#?}\nits status: {status:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    pods.delete(name, &DeleteParams::default()).await.unwrap();
+    let all = until("the onDelete line", Duration::from_secs(60), || async {
+        let lines = about().await;
+        lines.iter().any(|l| l["message"].as_str().is_some_and(|m| m.starts_with("onDelete: "))).then_some(lines)
+    })
+    .await;
+    Api::<Namespace>::all(client.clone()).delete(&ns, &DeleteParams::default()).await.unwrap();
+    // What a reader of the log saw (shown with --nocapture).
+    let changes: Vec<String> = all.iter().map(|l| format!("{} {}", l["message"], l["changes"])).collect();
+    eprintln!("{name}: {changes:#?}");
+    (living, all)
+}
+
+/// The line naming `want`, with its fields.
+fn line_with<'a>(lines: &'a [Value], want: &str) -> &'a Value {
+    let found = lines.iter().find(|l| l["changes"].as_str().is_some_and(|c| c.contains(want)));
+    found.unwrap_or_else(|| panic!("no onUpdate with '{want}' in {lines:#?}"))
+}
+
+#[tokio::test]
+#[ignore = "needs root and the local node: run `make test` as root"]
+async fn node_a_container_over_its_memory_limit_is_logged_oomkilled() {
+    let _turn = TURN.lock().await;
+    // dd's 200 MB buffer, under a 50 MiB limit: the kernel kills it. (The
+    // image links only a few applets; busybox itself has them all.)
+    let container = json!({
+        "name": "hog", "image": "docker.io/library/busybox:local", "imagePullPolicy": "Never",
+        "command": ["busybox", "dd", "if=/dev/zero", "of=/dev/null", "bs=200M", "count=1"],
+        "resources": { "limits": { "memory": "50Mi" }, "requests": { "memory": "50Mi" } }
+    });
+    let killed = "hog: terminated OOMKilled (exit 137)";
+    let (lines, all) = lived("oom", "Never", container, |u| u.iter().any(|c| c.contains(killed))).await;
+    let line = line_with(&lines, killed);
+    assert_eq!((line["reasons"].as_str(), line["exit_code"].as_i64()), (Some("OOMKilled"), Some(137)), "{line}");
+    // restartPolicy Never: the pod fails with it (from Pending or Running, as
+    // the kubelet saw it start or not), in the same update or a later one.
+    let failed = |c: &String| c.contains("phase Pending -> Failed") || c.contains("phase Running -> Failed");
+    assert!(updates(&all, "oom").iter().any(failed), "{all:#?}");
+    only_other_fields_never(&updates(&all, "oom"));
+}
+
+#[tokio::test]
+#[ignore = "needs root and the local node: run `make test` as root"]
+async fn node_a_container_that_exits_3_is_logged_with_its_exit_code_then_crash_loop_back_off() {
+    let _turn = TURN.lock().await;
+    let container = json!({
+        "name": "crash", "image": "docker.io/library/busybox:local", "imagePullPolicy": "Never",
+        "command": ["sh", "-c", "exit 3"]
+    });
+    let back_off = "crash: waiting CrashLoopBackOff (back-off ";
+    let (lines, all) = lived("crash", "Always", container, |u| u.iter().any(|c| c.contains(back_off))).await;
+    let updates = updates(&lines, "crash");
+    // The exit, as the container's state or as what its restart left behind.
+    let exit = updates
+        .iter()
+        .position(|c| c.contains("crash: terminated Error (exit 3)") || c.contains("(last: Error, exit 3)"));
+    let looping = updates.iter().position(|c| c.contains(back_off));
+    assert!(exit.is_some() && exit <= looping, "exit 3 first, then the back-off: {updates:#?}");
+    let exited = updates.iter().find(|c| c.contains("restarts 0 -> 1")).expect("a restart");
+    assert!(exited.contains("restarts 0 -> 1 (last: Error, exit 3)"), "{exited}");
+    let line = line_with(&lines, back_off);
+    assert!(line["reasons"].as_str().is_some_and(|r| r.split(' ').any(|r| r == "CrashLoopBackOff")), "{line}");
+    let line = line_with(&lines, "exit 3");
+    assert_eq!(line["exit_code"], 3, "{line}");
+    only_other_fields_never(&crate::updates(&all, "crash"));
+}
+
+#[tokio::test]
+#[ignore = "needs root and the local node: run `make test` as root"]
+async fn node_an_image_that_cannot_be_pulled_is_logged_err_image_pull_then_back_off() {
+    let _turn = TURN.lock().await;
+    // A registry on a port nothing listens on: the pull is refused at once.
+    let container = json!({
+        "name": "app", "image": "127.0.0.1:9/demo-controller/none:1", "imagePullPolicy": "Always"
+    });
+    let (pull, back_off) = ("app: waiting ErrImagePull (", "app: waiting ImagePullBackOff (");
+    let (lines, all) = lived("pull", "Always", container, |u| u.iter().any(|c| c.contains(back_off))).await;
+    for want in [pull, back_off] {
+        let line = line_with(&lines, want);
+        let reason = want.split(' ').nth(2).unwrap();
+        assert!(line["reasons"].as_str().is_some_and(|r| r.split(' ').any(|r| r == reason)), "{line}");
+    }
+    let line = line_with(&lines, pull);
+    assert!(
+        line["changes"].as_str().unwrap().contains("127.0.0.1:9/demo-controller/none:1"),
+        "says which image: {line}"
+    );
+    only_other_fields_never(&updates(&all, "pull"));
 }

@@ -71,7 +71,7 @@ wait_until '[[ $ph == Running && $ready == True ]]'
 say "kubectl label pod kuard tier=web                                -> onUpdate (label)"
 api PATCH "$pods/kuard" application/merge-patch+json '{"metadata":{"labels":{"tier":"web"}}}'
 sleep 1
-say "its container exits 1; the kubelet restarts it                 -> onUpdate (ready 1/1 -> 0/1, restarts 0 -> 1, ready 0/1 -> 1/1)"
+say "its container exits 1; the kubelet restarts it                 -> onUpdate (kuard: terminated Error (exit 1), restarts 0 -> 1 (last: Error, exit 1))"
 wait_until '[[ $restarts == 1 && $ready == True ]]'
 sleep 1
 say "kubectl delete pod kuard (grace period 3 s)                     -> onUpdate (terminating), onDelete"

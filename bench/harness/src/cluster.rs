@@ -248,15 +248,20 @@ pub async fn pod_size(client: &Client, namespace: &str) -> PodSize {
     let len = |s: &Option<String>| s.as_ref().map_or(0, String::len);
     let m = &pod.metadata;
     let labels: usize = m.labels.iter().flatten().map(|(k, v)| k.len() + v.len()).sum();
-    let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.as_ref()).map_or(0, Vec::len);
+    let status = pod.status.as_ref();
+    let statuses = status.and_then(|s| s.container_statuses.as_ref()).map_or(0, Vec::len);
+    let conditions = status.and_then(|s| s.conditions.as_ref()).map_or(0, Vec::len);
     let kept = len(&m.name)
         + len(&m.namespace)
         + len(&m.uid)
         + len(&m.resource_version)
         + labels
         + pod.spec.as_ref().map_or(0, |s| len(&s.node_name))
-        + pod.status.as_ref().map_or(0, |s| len(&s.phase))
-        + statuses * (1 + 4); // ready (bool) + restartCount (i32)
+        + status.map_or(0, |s| len(&s.phase))
+        + conditions // one byte each: True, False or Unknown
+        // ready (bool) + restartCount (i32) + state and last state (a byte each while running);
+        // the container's name is shared between pods, so it is not counted
+        + statuses * (1 + 4 + 2);
     PodSize { json: text.len(), json_without_managed_fields: value.to_string().len(), kept }
 }
 

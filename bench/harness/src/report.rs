@@ -305,7 +305,7 @@ pub fn markdown(r: &Results, f: &Facts) -> String {
          - parameters: {parameters}\n\
          - pod: {json} bytes of JSON as the server sends it, {json_nm} without managedFields; \
          demo-controller keeps {kept} bytes of field values per pod (name, namespace, uid, resourceVersion, labels, \
-         nodeName, phase, each container's ready and restartCount)\n{missing}\n\
+         nodeName, phase, conditions, each container's ready, restartCount, state and last state)\n{missing}\n\
          ## Loggers\n\n{table}\n\
          ## Floors\n\n{floors}\n\
          ## Targets\n\n{targets}\n\
