@@ -39,8 +39,9 @@ use kube::{Api, Client, Config};
 pub const READ_TIMEOUT: Duration = Duration::from_secs(54);
 
 /// The bound on each start-up check (GET /version, the selector check), so
-/// that a server that never answers is reported within 30 s. Also kube's
-/// connect timeout (TCP and TLS handshake) for every request.
+/// that a server that never answers is reported within 10 s (20 s with a
+/// selector to check). Also kube's connect timeout (TCP and TLS handshake)
+/// for every request.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One line for a watch error, with the server's own reason and a hint where
