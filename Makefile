@@ -29,8 +29,8 @@ lint: ## cargo fmt --check and clippy with warnings as errors (the bench harness
 image: ## Build the container image from the Dockerfile (docker or podman; local stand-in bases where none can be pulled)
 	bash cluster/image.sh $(IMAGE)
 
-push: ## Push the container image
-	docker push $(IMAGE)
+push: ## Push the container image (refused for one built on local stand-in bases)
+	bash cluster/image.sh --push $(IMAGE)
 
 deploy: ## Apply demo-controller.yaml with IMAGE as the container image (the local node's, when it runs)
 	@if [ -z "$$KUBECONFIG" ] && [ -f $(NODE_DIR)/env ]; then export KUBECONFIG=$(NODE_DIR)/plane/kubeconfig; fi; \
@@ -51,7 +51,7 @@ bench: ## Benchmark against client-go, kube-rs and the floors (~30 min; ARGS=--w
 node-up: ## As root: start a real one-node cluster (containerd + kubelet; prints export KUBECONFIG=...)
 	bash cluster/node/up.sh --dir $(NODE_DIR)
 
-node-down: ## Stop the local node and restore the host as it was
+node-down: ## Stop the local node and remove what it made (its namespaces, cgroups, directory)
 	bash cluster/node/down.sh --dir $(NODE_DIR)
 
 node-test: ## As root: only the node tests (image, node, tests/node.rs, teardown check)

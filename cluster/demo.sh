@@ -36,7 +36,7 @@ trap cleanup EXIT INT TERM
 say "building demo-controller"
 cargo build --locked --quiet
 
-say "starting the local control plane (kube-apiserver + etcd on 127.0.0.1)"
+say "starting the local control plane (kube-apiserver on 127.0.0.1, etcd on a unix socket)"
 export KUBECONFIG=$dir/kubeconfig
 bash cluster/up.sh --dir "$dir" >/dev/null
 source "$dir/env"

@@ -35,3 +35,29 @@ pid_in() {
 	tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$1/" || return 1
 	echo "$pid"
 }
+
+# trusted FILE...: succeeds if no other user could have written FILE (a
+# binary about to be run, often as root, from a cache under $HOME): FILE and
+# every directory above it are owned by root or by us, and writable by nobody
+# else (a shared directory with the sticky bit, like /tmp, is fine: only an
+# entry's owner can replace it there). Otherwise says which path and why, in
+# one line, and fails.
+trusted() {
+	local f p owner mode
+	for f in "$@"; do
+		p=$(readlink -f -- "$f") || { log "error: $f does not exist"; return 1; }
+		while :; do
+			read -r owner mode < <(stat -c '%u %a' -- "$p")
+			if [[ $owner != 0 && $owner != "$EUID" ]]; then
+				log "error: refusing to run $f: $p is owned by uid $owner, so that user could have replaced it; build it afresh as this user (remove the cache, or set DEMO_CONTROLLER_CACHE to a directory of your own)"
+				return 1
+			fi
+			if ((8#$mode & 8#022)) && { [[ ! -d $p ]] || ((!(8#$mode & 8#1000))); }; then
+				log "error: refusing to run $f: $p is writable by other users (mode $mode), so one of them could have replaced it; chmod go-w it or build afresh"
+				return 1
+			fi
+			[[ $p == / ]] && break
+			p=$(dirname -- "$p")
+		done
+	done
+}

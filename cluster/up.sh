@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Starts a real local Kubernetes control plane, kube-apiserver + etcd on
-# 127.0.0.1, for the integration tests, and prints `export KUBECONFIG=...` as
+# Starts a real local Kubernetes control plane, kube-apiserver on 127.0.0.1
+# and etcd on a unix socket in DIR, for the integration tests, and prints `export KUBECONFIG=...` as
 # its last stdout line (progress goes to stderr), so
 #     eval "$(cluster/up.sh)"
 # works. There is no kubelet, scheduler or controller-manager: pods are
@@ -19,6 +19,7 @@
 # DIR afterwards holds:
 #   pki/               CA, apiserver serving cert, admin client cert, service-account keys
 #   etcd/              etcd's data
+#   etcd.sock:0        etcd's client socket, its only way in (see "Who gets in")
 #   logs/              etcd.log, kube-apiserver.log
 #   etcd.sh            execs etcd with this cluster's flags
 #   kube-apiserver.sh  execs kube-apiserver with this cluster's flags; optional
@@ -26,12 +27,18 @@
 #                      apiserver on the same etcd; empty = the usual one), then
 #                      extra flags
 #   etcd.pid, kube-apiserver.pid
-#   env                APISERVER_PORT, APISERVER_URL, ETCD_PORT, ETCD_URL, BIN_DIR, ... (shell-sourceable)
+#   env                APISERVER_PORT, APISERVER_URL, ETCD_SOCKET, BIN_DIR, ... (shell-sourceable)
 #   kubeconfig         admin (system:masters) kubeconfig, certificates embedded
 #
 # Running it again on a DIR whose control plane is up only prints the export
 # line; a DIR left behind by a dead one is wiped and started afresh.
 # cluster/down.sh stops everything and removes DIR.
+#
+# Who gets in: etcd listens on no TCP port, only on unix sockets in DIR, which
+# is mode 0700, so only the user who started it (and root) reaches it: nobody
+# else can write an object past the API server's authentication and
+# admission. The API server refuses anonymous requests (--anonymous-auth=false):
+# every client needs a certificate or a token. Private keys are 0600.
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -50,6 +57,7 @@ if [[ -n $node_ip ]]; then service_range=198.51.100.0/24 service_ip=198.51.100.1
 
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd) # absolute: it ends up in the scripts, kubeconfig path and export line
+chmod 700 "$dir"        # etcd's sockets and the keys live here: the owner only
 
 # Serialise up.sh/down.sh runs on the same DIR (flock on DIR itself), so two
 # callers never both start, or one wipe what the other starts. down.sh may
@@ -100,6 +108,8 @@ bin_dir=${build_out##*$'\n'}
 for b in etcd kube-apiserver; do
 	[[ -x $bin_dir/$b ]] || { log "error: build.sh printed '$bin_dir', which holds no executable $b"; exit 1; }
 done
+# Run nothing another user could have swapped (see trusted in proc.sh).
+trusted "$bin_dir/etcd" "$bin_dir/kube-apiserver" || exit 1
 
 t0=${EPOCHREALTIME//[!0-9]/} # microseconds
 
@@ -160,20 +170,17 @@ subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,
 	chmod 600 ./*.key
 ) || { log "error: generating certificates failed:"; cat "$pki/openssl.log" >&2; exit 1; }
 
-# --- Ports --------------------------------------------------------------------
-# Let the kernel pick three distinct free ports (bind to port 0, all held at
-# once so they differ). Another process can take one between here and the
-# servers binding it; that start then fails with "address already in use" and
-# is retried below with fresh ports.
-free_ports() {
+# --- Port ---------------------------------------------------------------------
+# The API server's one TCP port: let the kernel pick a free one (bind to port
+# 0). Another process can take it between here and the API server binding it;
+# that start then fails with "address already in use" and is retried below
+# with a fresh port. etcd needs none: it listens on unix sockets.
+free_port() {
 	python3 -c '
 import socket
-socks = []
-for _ in range(3):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
 '
 }
 
@@ -192,16 +199,20 @@ write_scripts() {
 		# Usage: bash etcd.sh [EXTRA FLAGS...] >>logs/etcd.log 2>&1 &
 		set -euo pipefail
 		dir=$q_dir
-		# Loopback only; a single member; --unsafe-no-fsync because the data is
-		# throwaway and fsync dominates write latency on CI disks.
+		# Unix sockets only, in DIR (mode 0700): no TCP port anyone could
+		# reach. etcd names a unix socket after the URL's host:port, relative
+		# to its working directory: hence the cd and the ":0" in the names.
+		# A single member; --unsafe-no-fsync because the data is throwaway and
+		# fsync dominates write latency on CI disks.
+		cd "\$dir"
 		exec $q_bin/etcd \\
 		  --name=local \\
 		  --data-dir="\$dir/etcd" \\
-		  --listen-client-urls=http://127.0.0.1:$etcd_port \\
-		  --advertise-client-urls=http://127.0.0.1:$etcd_port \\
-		  --listen-peer-urls=http://127.0.0.1:$etcd_peer_port \\
-		  --initial-advertise-peer-urls=http://127.0.0.1:$etcd_peer_port \\
-		  --initial-cluster=local=http://127.0.0.1:$etcd_peer_port \\
+		  --listen-client-urls=unix://etcd.sock:0 \\
+		  --advertise-client-urls=unix://etcd.sock:0 \\
+		  --listen-peer-urls=unix://etcd-peer.sock:0 \\
+		  --initial-advertise-peer-urls=unix://etcd-peer.sock:0 \\
+		  --initial-cluster=local=unix://etcd-peer.sock:0 \\
 		  --initial-cluster-state=new \\
 		  --unsafe-no-fsync \\
 		  "\$@"
@@ -216,6 +227,7 @@ write_scripts() {
 		#   cluster/down.sh stops it too.
 		set -euo pipefail
 		dir=$q_dir
+		cd "\$dir" # etcd's socket is named relative to DIR (see etcd.sh)
 		port=\${1:-$apiserver_port}
 		((\$# == 0)) || shift
 		pki=\$dir/pki
@@ -223,8 +235,11 @@ write_scripts() {
 		#   as 127.0.0.1 is an invalid address for the \`kubernetes\` Endpoints.
 		# --allow-privileged: as on a real cluster, so privileged pods are judged
 		#   by Pod Security admission, not refused by validation outright.
+		# --anonymous-auth=false: a request with no certificate or token is
+		#   refused (401), health endpoints included.
 		exec $q_bin/kube-apiserver \\
-		  --etcd-servers=http://127.0.0.1:$etcd_port \\
+		  --etcd-servers=unix://etcd.sock:0 \\
+		  --anonymous-auth=false \\
 		  --bind-address=$api_host \\
 		  --advertise-address=$api_host \\
 		  --secure-port="\$port" \\
@@ -245,9 +260,7 @@ write_scripts() {
 		CLUSTER_DIR=$q_dir
 		APISERVER_PORT=$apiserver_port
 		APISERVER_URL=https://$api_host:$apiserver_port
-		ETCD_PORT=$etcd_port
-		ETCD_PEER_PORT=$etcd_peer_port
-		ETCD_URL=http://127.0.0.1:$etcd_port
+		ETCD_SOCKET=$q_dir/etcd.sock:0
 		BIN_DIR=$q_bin
 		KUBECONFIG=$q_dir/kubeconfig
 	EOF
@@ -275,21 +288,16 @@ port_clash() { tail -c "+${log_start[$1]}" "$dir/logs/$1.log" | grep -q 'address
 # with new ports); exits through fail() on any other failure.
 start_once() {
 	clash=
-	local ports
-	ports=$(free_ports)
-	read -r etcd_port etcd_peer_port apiserver_port <<<"$ports"
+	apiserver_port=$(free_port)
 	write_scripts
 
-	log "starting etcd on 127.0.0.1:$etcd_port"
+	log "starting etcd on $dir/etcd.sock:0"
 	launch etcd
 	local etcd_pid=$! deadline=$((SECONDS + 30))
 	# Waiting for etcd first costs under a second and makes a broken etcd show
 	# up as such instead of as an apiserver that never becomes ready.
-	until [[ $(curl -s --max-time 2 "http://127.0.0.1:$etcd_port/health" 2>/dev/null) == *'"health":"true"'* ]]; do
-		if ! alive "$etcd_pid"; then
-			port_clash etcd && { clash=etcd; return; }
-			fail etcd "etcd exited during startup"
-		fi
+	until [[ $(curl -s --max-time 2 --unix-socket "$dir/etcd.sock:0" http://localhost/health 2>/dev/null) == *'"health":"true"'* ]]; do
+		alive "$etcd_pid" || fail etcd "etcd exited during startup"
 		((SECONDS < deadline)) || fail etcd "etcd not healthy after 30 s"
 		sleep 0.2
 	done
@@ -319,10 +327,10 @@ for attempt in 1 2 3; do
 	start_once
 	[[ -z $clash ]] && break
 	((attempt < 3)) || fail "$clash" "$clash: no free port after $attempt attempts"
-	log "a picked port was taken meanwhile ($clash); retrying with new ports"
+	log "the picked port was taken meanwhile ($clash); retrying with a new one"
 	stop "${started[@]}"
 	started=()
-	rm -rf "$dir/etcd" "$dir"/*.pid
+	rm -rf "$dir/etcd" "$dir"/*.pid "$dir"/etcd*.sock:0
 done
 ms=$(((${EPOCHREALTIME//[!0-9]/} - t0) / 1000))
 log "kube-apiserver ready at https://$api_host:$apiserver_port, $((ms / 1000)).$((ms % 1000 / 100)) s after starting"

@@ -125,6 +125,10 @@ pub enum ClientError {
     )]
     Unauthorized { url: String },
     #[error(
+        "the API server at {url} refuses anonymous requests (401 Unauthorized) and the kubeconfig's user has no credentials: give it a token or a client certificate"
+    )]
+    NoCredentials { url: String },
+    #[error(
         "the API server at {url} forbids GET /version to this identity (403 Forbidden: {message}): check the user in your kubeconfig, or grant it the system:public-info-viewer role"
     )]
     Forbidden { url: String, message: String },
@@ -149,12 +153,22 @@ pub async fn connect(kubeconfig: Option<PathBuf>, context: Option<String>) -> Re
     // pooled connection went idle.
     config.reset_reader_on_write = true;
     config.connect_timeout = Some(STARTUP_TIMEOUT);
+    // A 401 means "bad credentials" only if there were any.
+    let a = &config.auth_info;
+    let anonymous = a.token.is_none()
+        && a.token_file.is_none()
+        && a.username.is_none()
+        && a.client_certificate.is_none()
+        && a.client_certificate_data.is_none()
+        && a.exec.is_none()
+        && a.auth_provider.is_none();
     let client = Client::try_from(config).map_err(|e| ClientError::BadKubeconfig(chain(&e)))?;
     let Ok(answer) = tokio::time::timeout(STARTUP_TIMEOUT, client.apiserver_version()).await else {
         return Err(no_answer(url));
     };
     match answer {
         Ok(_) => Ok(client),
+        Err(kube::Error::Api(status)) if status.code == 401 && anonymous => Err(ClientError::NoCredentials { url }),
         Err(kube::Error::Api(status)) if status.code == 401 => Err(ClientError::Unauthorized { url }),
         Err(kube::Error::Api(status)) if status.code == 403 => {
             Err(ClientError::Forbidden { url, message: status.message.clone() })

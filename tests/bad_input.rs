@@ -221,19 +221,58 @@ fn with_path(name: &str, path: &str, user: &str) -> PathBuf {
     kubeconfig(name, &format!("{}{path}", server_url(&dir)), Some(b64(&dir.join("pki/ca.crt"))), user)
 }
 
+/// User lines for a client certificate the local control plane's CA signed
+/// for `name`, a user no role is bound to: authenticated, allowed nothing.
+fn user_without_rights(name: &str) -> String {
+    let dir = cluster_dir();
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("e2e-files");
+    std::fs::create_dir_all(&out).unwrap();
+    let (key, crt) = (out.join(format!("{name}.key")), out.join(format!("{name}.crt")));
+    let sh = format!(
+        "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out '{key}' 2>/dev/null && \
+         openssl req -new -key '{key}' -subj /CN={name} 2>/dev/null | openssl x509 -req -CA '{ca}' -CAkey '{cakey}' \
+         -CAcreateserial -CAserial '{out}/ca.srl' -days 1 -out '{crt}' 2>/dev/null",
+        key = key.display(),
+        crt = crt.display(),
+        ca = dir.join("pki/ca.crt").display(),
+        cakey = dir.join("pki/ca.key").display(),
+        out = out.display(),
+    );
+    assert!(Command::new("bash").args(["-c", &sh]).status().unwrap().success(), "signing a certificate for {name}");
+    format!("    client-certificate-data: {}\n    client-key-data: {}", b64(&crt), b64(&key))
+}
+
 #[ignore = "needs the local control plane: run `make test`"]
 #[test]
 fn a_403_on_version_is_reported_as_forbidden() {
-    // No credentials: the anonymous user may read /version but not a path
-    // under a prefix, so the real server answers 403.
-    let kc = with_path("anonymous-prefix", "/prefix", "    {}");
+    // A user the server knows but grants nothing: it may read /version
+    // (system:public-info-viewer) but not a path under a prefix, so the real
+    // server answers 403.
+    let kc = with_path("no-rights-prefix", "/prefix", &user_without_rights("no-rights"));
     let url = format!("{}/prefix", server_url(&cluster_dir()));
     assert_eq!(
         run(&["--kubeconfig", kc.to_str().unwrap()], &[]),
         (
             1,
             format!(
-                "error: the API server at {url} forbids GET /version to this identity (403 Forbidden: forbidden: User \"system:anonymous\" cannot get path \"/prefix/version\"): check the user in your kubeconfig, or grant it the system:public-info-viewer role"
+                "error: the API server at {url} forbids GET /version to this identity (403 Forbidden: forbidden: User \"no-rights\" cannot get path \"/prefix/version\"): check the user in your kubeconfig, or grant it the system:public-info-viewer role"
+            )
+        )
+    );
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[test]
+fn a_kubeconfig_user_without_credentials_is_told_so_when_anonymous_requests_are_refused() {
+    // The local control plane refuses anonymous requests, as many clusters do.
+    let kc = with_path("anonymous", "", "    {}");
+    let url = server_url(&cluster_dir());
+    assert_eq!(
+        run(&["--kubeconfig", kc.to_str().unwrap()], &[]),
+        (
+            1,
+            format!(
+                "error: the API server at {url}/ refuses anonymous requests (401 Unauthorized) and the kubeconfig's user has no credentials: give it a token or a client certificate"
             )
         )
     );

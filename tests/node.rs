@@ -2,7 +2,7 @@
 //! unchanged Dockerfile, demo-controller.yaml applied unchanged, a real kubelet
 //! and containerd running it (cluster/node/up.sh). Everything is observed the
 //! way a user would: pod status from the API, the log through the API's
-//! pods/log endpoint (as `kubectl logs`), the container's process from the host.
+//! pods/log endpoint (as `kubectl logs`), the container's process from inside the node.
 //!
 //! These tests need root and the local node: `make test` as root starts it and
 //! sets DEMO_CONTROLLER_TEST_NODE; without root it reports them as not run.
@@ -135,8 +135,25 @@ fn host(cmd: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The host pid of a running container (from containerd, by the ID the pod
-/// status reports).
+/// A value from the node's env file (cluster/node/up.sh writes it).
+fn node_env(key: &str) -> String {
+    let text = std::fs::read_to_string(node_dir().join("env")).expect("the node's env file");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in the node's env file"))
+        .to_string()
+}
+
+/// A path as the node's own processes see it: the node lives in a mount and
+/// pid namespace of its own, so its /var/lib/kubelet (with the pods' volume
+/// mounts) and its /proc are reached through its pid 1's root.
+fn in_node(path: &str) -> PathBuf {
+    let init = std::fs::read_to_string(node_dir().join("init.pid")).expect("the node's init.pid");
+    PathBuf::from(format!("/proc/{}/root{path}", init.trim()))
+}
+
+/// The pid of a running container as the node sees it (from containerd, by
+/// the ID the pod status reports).
 fn container_pid(pod: &Pod) -> u32 {
     let id = pod.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0]
         .container_id
@@ -144,7 +161,7 @@ fn container_pid(pod: &Pod) -> u32 {
         .expect("a container ID")
         .trim_start_matches("containerd://")
         .to_string();
-    let tasks = host("ctr", &["--address", "/run/containerd/containerd.sock", "-n", "k8s.io", "task", "ls"]);
+    let tasks = host("ctr", &["--address", &node_env("CONTAINERD_SOCK"), "-n", "k8s.io", "task", "ls"]);
     let line = tasks.lines().find(|l| l.starts_with(&id)).unwrap_or_else(|| panic!("no task {id} in\n{tasks}"));
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
@@ -170,9 +187,9 @@ async fn node_deployment_rolls_out_locked_down() {
         .expect_err("restricted refuses a pod that is not locked down");
     assert!(err.to_string().contains("violates PodSecurity \"restricted:latest\""), "{err}");
 
-    // The running container, seen from the host: what the kernel enforces.
+    // The running container, seen from the node: what the kernel enforces.
     let pid = container_pid(&pod);
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let status = std::fs::read_to_string(in_node(&format!("/proc/{pid}/status"))).unwrap();
     let field =
         |name: &str| status.lines().find(|l| l.starts_with(name)).map(|l| l[name.len()..].trim().to_string()).unwrap();
     assert_eq!(field("Uid:"), "65532\t65532\t65532\t65532", "{status}");
@@ -182,10 +199,10 @@ async fn node_deployment_rolls_out_locked_down() {
     assert_eq!(field("CapBnd:"), "0000000000000000", "no capabilities, not even to regain");
     assert_eq!(field("NoNewPrivs:"), "1");
     assert_eq!(field("Seccomp:"), "2", "a seccomp filter (RuntimeDefault)");
-    let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    let mounts = std::fs::read_to_string(in_node(&format!("/proc/{pid}/mountinfo"))).unwrap();
     let root = mounts.lines().find(|l| l.split(' ').nth(4) == Some("/")).expect("a root mount");
     assert!(root.split(' ').nth(5).unwrap().split(',').any(|o| o == "ro"), "read-only root: {root}");
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    let exe = std::fs::read_link(in_node(&format!("/proc/{pid}/exe"))).unwrap();
     assert_eq!(exe, PathBuf::from("/usr/local/bin/demo-controller"));
 
     // And the pod spec says the same (RuntimeDefault by name).
@@ -487,9 +504,9 @@ async fn node_service_account_token_reads_pods_only() {
     let client = admin().await;
     let pod = deployed(&client).await;
     // The very token the kubelet projected into the running pod, read from the
-    // pod's volume on this node (the tests run as root on the node).
+    // pod's volume on this node (the tests run as root on its host).
     let uid = pod.metadata.uid.clone().unwrap();
-    let volumes = PathBuf::from(format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~projected"));
+    let volumes = in_node(&format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~projected"));
     let dir = std::fs::read_dir(&volumes).unwrap().next().expect("a projected volume").unwrap().path();
     let token = std::fs::read_to_string(dir.join("token")).unwrap();
     let ca = std::fs::read_to_string(dir.join("ca.crt")).unwrap();
@@ -680,4 +697,197 @@ async fn node_an_image_that_cannot_be_pulled_is_logged_err_image_pull_then_back_
         "says which image: {line}"
     );
     only_other_fields_never(&updates(&all, "pull"));
+}
+
+/// The sections of cluster/node/hoststate.sh a running node must leave as
+/// they were before it started (its link, cgroups and processes are new).
+const HOST_WIDE: &[&str] =
+    &["sysctls", "iptables", "ip6tables", "nft tables", "mounts", "network namespaces", "directories"];
+
+fn section<'a>(snapshot: &'a str, name: &str) -> &'a str {
+    let start = snapshot.find(&format!("## {name}\n")).unwrap_or_else(|| panic!("no section {name}"));
+    let rest = &snapshot[start..];
+    let end = rest[3..].find("\n## ").map(|i| i + 4).unwrap_or(rest.len());
+    &rest[..end]
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[tokio::test]
+#[ignore = "needs root and the local node: run `make test` as root"]
+async fn node_running_leaves_the_hosts_sysctls_firewall_and_mounts_as_they_were() {
+    // cluster/node/test.sh recorded the host before it started the node.
+    let before_file = PathBuf::from(format!("{}.host-before", node_dir().display()));
+    let before = std::fs::read_to_string(&before_file).expect("the host state recorded before the node started");
+    let now = host("bash", &[repo().join("cluster/node/hoststate.sh").to_str().unwrap()]);
+    for name in HOST_WIDE {
+        assert_eq!(section(&before, name), section(&now, name), "the host's {name} changed while the node runs");
+    }
+    // On the host's network, exactly one new thing: the host end of the
+    // node's link, its address and its routes.
+    for name in ["links", "addresses", "routes"] {
+        let (was, is) = (section(&before, name), section(&now, name));
+        let new: Vec<&str> = is.lines().filter(|l| !was.lines().any(|w| w == *l)).collect();
+        let gone: Vec<&str> = was.lines().filter(|l| !is.lines().any(|w| w == *l)).collect();
+        assert!(gone.is_empty(), "{name} gone while the node runs: {gone:?}");
+        assert!(!new.is_empty() && new.iter().all(|l| l.contains("dcn-host0")), "{name} new on the host: {new:?}");
+    }
+    // Yet the kubelet did write kernel.panic (into the node's mask), and the
+    // node has its own forwarding and kube-proxy's rules.
+    assert_eq!(std::fs::read_to_string(in_node("/proc/sys/kernel/panic")).unwrap().trim(), "10");
+    let dir = node_dir();
+    let exec = |args: &[&str]| {
+        let mut all = vec!["cluster/node/exec.sh", "--dir", dir.to_str().unwrap(), "--"];
+        all.extend(args);
+        host("bash", &all)
+    };
+    assert_eq!(exec(&["cat", "/proc/sys/net/ipv4/ip_forward"]).trim(), "1");
+    assert!(exec(&["iptables", "-w", "-t", "nat", "-S"]).contains("KUBE-SERVICES"));
+}
+
+#[tokio::test]
+#[ignore = "needs root and the local node: run `make test` as root"]
+async fn node_scripts_refuse_a_foreign_dir_and_a_second_node() {
+    let script = |name: &str, dir: &std::path::Path| {
+        Command::new("bash").arg(repo().join("cluster/node").join(name)).arg("--dir").arg(dir).output().unwrap()
+    };
+    // A directory of someone else's: neither script touches it.
+    let foreign = repo().join("target/test-node-foreign");
+    let _ = std::fs::remove_dir_all(&foreign);
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("precious.txt"), "mine").unwrap();
+    let up = script("up.sh", &foreign);
+    assert_eq!(up.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&up.stderr),
+        format!(
+            "node/up.sh: error: {} is not a local node's directory (it has files and no .demo-controller-node): \
+             not touching it; pick a --dir that does not exist or that a local node made\n",
+            foreign.display()
+        )
+    );
+    let down = script("down.sh", &foreign);
+    assert_eq!(down.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&down.stderr),
+        format!(
+            "node/down.sh: error: {} is not a local node's directory (no .demo-controller-node in it): not touching it\n",
+            foreign.display()
+        )
+    );
+    assert_eq!(std::fs::read_to_string(foreign.join("precious.txt")).unwrap(), "mine");
+    assert_eq!(std::fs::read_dir(&foreign).unwrap().count(), 1, "nothing added");
+    std::fs::remove_dir_all(&foreign).unwrap();
+
+    // A second node while this one runs: refused, nothing made.
+    let second = repo().join("target/test-node-second");
+    let _ = std::fs::remove_dir_all(&second);
+    let up = script("up.sh", &second);
+    assert_eq!(up.status.code(), Some(1));
+    let first = node_dir();
+    assert_eq!(
+        String::from_utf8_lossy(&up.stderr),
+        format!(
+            "node/up.sh: error: a local node is already running in {0}: only one can run on a machine; \
+             stop it first with cluster/node/down.sh --dir {0}\n",
+            first.display()
+        )
+    );
+    assert!(!second.exists(), "the refused start made nothing");
+    // ... and the first one still runs, Ready.
+    let node = Api::<k8s_openapi::api::core::v1::Node>::all(admin().await).get("demo-node").await.unwrap();
+    let ready = node.status.unwrap().conditions.unwrap().into_iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.status, "True");
+}
+
+/// Runs a command as the unprivileged user nobody (uid 65534).
+fn as_nobody(cmd: &[&str]) -> std::process::Output {
+    Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).args(cmd).output().unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs root and the local node: run `make test` as root"]
+async fn node_lets_no_other_local_user_in() {
+    let dir = node_dir();
+    let plane = dir.join("plane");
+    // etcd: a unix socket in a directory only root may enter; no TCP port.
+    let socket = plane.join("etcd.sock:0");
+    assert!(socket.exists(), "etcd's socket");
+    let py = format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({:?})\n    print('connected')\n\
+         except OSError as e:\n    print(type(e).__name__)",
+        socket.to_str().unwrap()
+    );
+    let out = as_nobody(&["python3", "-c", &py]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "PermissionError", "{out:?}");
+    let listening = host("bash", &["cluster/node/exec.sh", "--dir", dir.to_str().unwrap(), "--", "ss", "-ltnp"]);
+    assert!(!listening.contains("\"etcd\""), "etcd listens on no TCP port:\n{listening}");
+
+    // The API server and the kubelet: no anonymous requests.
+    let api = {
+        let text = std::fs::read_to_string(plane.join("env")).unwrap();
+        text.lines().find_map(|l| l.strip_prefix("APISERVER_URL=")).unwrap().to_string()
+    };
+    let kubelet = format!("https://{}:10250/pods", node_env("NODE_IP"));
+    for url in [format!("{api}/api/v1/pods"), format!("{api}/readyz"), kubelet] {
+        let out = as_nobody(&["curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", &url]);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "401", "{url}: {out:?}");
+    }
+
+    // Private keys: the owner's only.
+    for pki in [dir.join("pki"), plane.join("pki")] {
+        for entry in std::fs::read_dir(&pki).unwrap().flatten() {
+            if entry.path().extension().is_some_and(|e| e == "key") {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = entry.metadata().unwrap().permissions().mode() & 0o777;
+                assert_eq!(mode, 0o600, "{}", entry.path().display());
+            }
+        }
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs root and the local node: run `make test` as root"]
+async fn node_images_stand_ins_stay_in_the_projects_store_and_are_never_pushed() {
+    // Whatever the machine's default store holds under the bases' real names
+    // is real: no stand-in of ours is there.
+    for base in ["docker.io/library/rust:1.95-bookworm", "gcr.io/distroless/cc-debian12:nonroot"] {
+        let out = Command::new("podman")
+            .args(["image", "inspect", "--format", "{{index .Config.Labels \"org.demo-controller.stand-in\"}}", base])
+            .output()
+            .unwrap();
+        let label = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success() || label.trim() == "<no value>", "{base} in the default store is a stand-in");
+    }
+    // An image only the project's own store holds (as one built on stand-ins
+    // is) is refused by `make push`, in one line, before anything is sent.
+    let cache = std::env::var("DEMO_CONTROLLER_CACHE").map(PathBuf::from).unwrap_or_else(|_| {
+        let base = std::env::var("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache"));
+        base.join("demo-controller")
+    });
+    let own = |args: &[&str]| {
+        let mut cmd = Command::new("podman");
+        cmd.arg("--root").arg(cache.join("podman/root")).arg("--runroot").arg(cache.join("podman/runroot"));
+        cmd.args(args).output().unwrap()
+    };
+    let image = "localhost/demo-controller-push-refused:test";
+    let scratch = std::env::temp_dir().join("demo-controller-empty.tar");
+    host("tar", &["-cf", scratch.to_str().unwrap(), "-T", "/dev/null"]);
+    let imported = own(&["import", "-q", scratch.to_str().unwrap(), image]);
+    assert!(imported.status.success(), "{imported:?}");
+    let push = Command::new("make").args(["--no-print-directory", "push", &format!("IMAGE={image}")]).output().unwrap();
+    own(&["rmi", "-f", image]);
+    assert!(!push.status.success());
+    assert!(
+        String::from_utf8_lossy(&push.stderr).contains(&format!(
+            "image.sh: error: {image} was built on local stand-ins for its base images (no registry was reachable): \
+             it is for the local node only and is not pushed; build it where the real bases can be pulled (make image) \
+             and push that\n"
+        )),
+        "{push:?}"
+    );
 }

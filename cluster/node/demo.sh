@@ -4,7 +4,7 @@
 # something a kubelet really did: the pod scheduled, started, Ready, its
 # container exiting and restarting, terminating, gone. demo-controller runs on
 # this machine against the node's API, as `make run` would against yours.
-# Stops the node and restores the host at the end (also on Ctrl-C).
+# Stops the node at the end (also on Ctrl-C), which removes everything it made.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -23,7 +23,7 @@ cleanup() {
 		kill -TERM "$logger" 2>/dev/null || true
 		wait "$logger" 2>/dev/null || true
 	fi
-	say "stopping the node and restoring the host"
+	say "stopping the node (its namespaces, cgroups and directory go with it)"
 	bash cluster/node/down.sh --dir "$dir"
 	say "done in $((SECONDS - t0)) s"
 }

@@ -5,6 +5,15 @@
 # cleanup), podman (builds the Dockerfile), debootstrap (the build stand-in's
 # rootfs) and busybox-static (the tests' workload image).
 #
+# Installing leaves no service enabled or started: Debian's postinst scripts
+# would start containerd (and enable its unit, and podman's, for every boot),
+# and a second containerd on the same socket collides with the node's own. So
+# the install runs under a policy-rc.d that forbids starting anything (unless
+# the machine has its own policy-rc.d, which is then left to decide), and the
+# systemd enablement links the install created are removed again with
+# deb-systemd-helper, which also remembers them as disabled for later
+# upgrades. Links that existed before are the owner's and stay.
+#
 # Usage: cluster/node/deps.sh [--check]
 #   --check: install nothing; exit 1 with one line naming what is missing.
 # Exits 1 with one line when something is missing and cannot be installed
@@ -37,7 +46,29 @@ if ((EUID != 0)) || ! command -v apt-get >/dev/null 2>&1; then
 	echo "error: the local node needs the Debian packages ${missing[*]}; install them as root with apt-get (or run this as root on Debian/Ubuntu)" >&2
 	exit 1
 fi
-echo "installing Debian packages: ${missing[*]}" >&2
+echo "installing Debian packages: ${missing[*]} (no service enabled or started)" >&2
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >&2
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+links() { find /etc/systemd/system \( -type l -o -type d -name '*.wants' \) 2>/dev/null | sort; }
+before=$(mktemp) policy=
+trap 'rm -f "$before"; if [[ -n $policy ]]; then rm -f "$policy"; fi' EXIT
+links >"$before"
+if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+	policy=/usr/sbin/policy-rc.d
+	printf '#!/bin/sh\n# cluster/node/deps.sh: no service starts while it installs packages\nexit 101\n' >"$policy"
+	chmod 755 "$policy"
+fi
+# Even a failed install may have enabled a unit: clean up either way.
+status=0
+{ apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >&2 || status=$?
+for l in $(links | comm -13 "$before" -); do
+	[[ -d $l && ! -L $l ]] && continue # a .wants directory the install made: removed below if left empty
+	unit=${l##*/}
+	deb-systemd-helper disable "$unit" >/dev/null 2>&1 || true
+	[[ -L $l ]] && rm -f "$l"
+	echo "deps.sh: left $unit disabled (the package had enabled it)" >&2
+done
+for d in $(links | comm -13 "$before" - | sort -r); do
+	[[ -d $d && ! -L $d ]] && rmdir "$d" 2>/dev/null || true
+done
+if [[ -d /run/systemd/system ]]; then systemctl daemon-reload 2>/dev/null || true; fi
+exit "$status"

@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Prints what the local node may change on this host, normalised so that two
-# snapshots compare with diff: the sysctls, network links, addresses and
-# routes, iptables/ip6tables rules (no counters), nft tables, mounts, network
-# namespaces, the node's cgroups and directories, and the node's processes.
-# cluster/node/down.sh must leave it as it was before cluster/node/up.sh.
+# Prints what the local node could change on this host, normalised so that two
+# snapshots compare with diff: the host-wide sysctls (the kubelet's among
+# them) and the network ones, network links, addresses and routes,
+# iptables/ip6tables rules (no counters), nft tables, mounts, network
+# namespaces, cgroups a node or any kubelet makes, the directories a node on
+# the host would use, and the node's processes. After cluster/node/down.sh it
+# must be as it was before cluster/node/up.sh; while the node runs only the
+# node's link, its cgroups and its processes may differ.
 #
 # Usage: cluster/node/hoststate.sh   (as root)
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+log() { echo "hoststate.sh: $*" >&2; }
+source "$repo/cluster/node/lib.sh"
 
 echo "## sysctls"
-for k in "${node_sysctls[@]}" net.ipv4.conf.all.forwarding net.ipv4.conf.all.route_localnet net.ipv6.conf.all.forwarding \
-	net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables net.netfilter.nf_conntrack_max; do
-	echo "$k=$(sysctl -n "$k" 2>/dev/null || echo absent)"
+for k in "${masked_sysctls[@]}" net/ipv4/ip_forward net/ipv4/conf/all/forwarding net/ipv4/conf/all/route_localnet \
+	net/ipv6/conf/all/forwarding net/bridge/bridge-nf-call-iptables net/bridge/bridge-nf-call-ip6tables \
+	net/netfilter/nf_conntrack_max; do
+	echo "${k//\//.}=$(cat "/proc/sys/$k" 2>/dev/null || echo absent)"
 done
 echo "## links"
 ip -o link show | awk -F': ' '{ print $2 }' | cut -d@ -f1 | sort
@@ -32,11 +38,14 @@ echo "## mounts"
 echo "## network namespaces"
 ls /run/netns 2>/dev/null || true
 echo "## cgroups"
-ls -d /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/kubepods* /sys/fs/cgroup/*/k8s.io /sys/fs/cgroup/k8s.io 2>/dev/null || true
+ls -d /sys/fs/cgroup/*/demo-controller-node-* /sys/fs/cgroup/demo-controller-node-* /sys/fs/cgroup/*/kubepods* \
+	/sys/fs/cgroup/kubepods* /sys/fs/cgroup/*/k8s.io /sys/fs/cgroup/k8s.io 2>/dev/null || true
 echo "## directories"
-for d in "${node_dirs[@]}"; do [[ -e $d ]] && echo "$d"; done
+for d in /var/lib/kubelet /var/lib/containerd /run/containerd /var/lib/cni /var/log/pods /var/log/containers /etc/cni/net.d /opt/containerd; do
+	[[ -e $d ]] && echo "$d"
+done
 echo "## processes"
 # (process names as the kernel keeps them: 15 characters)
-for n in kubelet containerd containerd-shim kube-proxy kube-scheduler kube-controller; do
+for n in kubelet containerd containerd-shim kube-proxy kube-scheduler kube-controller kube-apiserver etcd; do
 	echo "$n: $(pgrep -xc "$n" || true)"
 done

@@ -4,16 +4,22 @@
 #   pause.tar     registry.k8s.io/pause:3.10 stand-in: cluster/node/pause.c, static
 #   busybox.tar   docker.io/library/busybox:local: Debian's busybox-static, the
 #                 workload the tests and the demo run
+# Made in the project's own podman store (see cluster/image.sh), so the pause
+# stand-in never shows under its real name to other builds on the machine.
+#
 # Usage: cluster/node/images.sh
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 key=$({ cat "$here/images.sh" "$here/pause.c" /bin/busybox; gcc --version; } | sha256sum | cut -c1-16)
-cache=${DEMO_CONTROLLER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/demo-controller}/node-images/$key
+base=${DEMO_CONTROLLER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/demo-controller}
+cache=$base/node-images/$key
+own=(podman --root "$base/podman/root" --runroot "$base/podman/runroot")
 if [[ -f $cache/pause.tar && -f $cache/busybox.tar ]]; then
 	echo "$cache"
 	exit 0
 fi
-mkdir -p "$cache"
+mkdir -p "$cache" "$base/podman"
+chmod 700 "$base/podman"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/pause" "$work/busybox/bin" "$work/busybox/tmp"
@@ -22,9 +28,9 @@ cp /bin/busybox "$work/busybox/bin/busybox"
 for a in sh sleep echo cat ls true false wget id date env; do ln -s busybox "$work/busybox/bin/$a"; done
 chmod 1777 "$work/busybox/tmp"
 label='LABEL org.demo-controller.stand-in="LOCAL image built by cluster/node/images.sh"'
-tar -C "$work/pause" -cf - . | podman import -q --change "$label" --change 'ENTRYPOINT ["/pause"]' - registry.k8s.io/pause:3.10 >/dev/null
-tar -C "$work/busybox" -cf - . | podman import -q --change "$label" --change 'ENV PATH=/bin' --change 'CMD ["sh"]' - docker.io/library/busybox:local >/dev/null
-podman save -q --format docker-archive -o "$work/pause.tar" registry.k8s.io/pause:3.10
-podman save -q --format docker-archive -o "$work/busybox.tar" docker.io/library/busybox:local
+tar -C "$work/pause" -cf - . | "${own[@]}" import -q --change "$label" --change 'ENTRYPOINT ["/pause"]' - registry.k8s.io/pause:3.10 >/dev/null
+tar -C "$work/busybox" -cf - . | "${own[@]}" import -q --change "$label" --change 'ENV PATH=/bin' --change 'CMD ["sh"]' - docker.io/library/busybox:local >/dev/null
+"${own[@]}" save -q --format docker-archive -o "$work/pause.tar" registry.k8s.io/pause:3.10
+"${own[@]}" save -q --format docker-archive -o "$work/busybox.tar" docker.io/library/busybox:local
 mv "$work/pause.tar" "$work/busybox.tar" "$cache/"
 echo "$cache"

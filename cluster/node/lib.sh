@@ -1,20 +1,44 @@
-# Sourced by cluster/node/up.sh and down.sh: the node's fixed names and
-# addresses, and how the host's state is recorded before the node changes it.
+# Sourced by the node's scripts (up.sh, init.sh, down.sh, exec.sh, ...): the
+# node's fixed names and addresses, the --dir option, and how a directory, a
+# cgroup and a running node are recognised as this node's own.
 
 node_name=demo-node
-node_ip=198.18.0.10     # benchmarking range (RFC 2544): routes nowhere, unlike TEST-NET-1 it is on no link here
-pod_cidr=203.0.113.0/24 # TEST-NET-3
-pod_gateway=203.0.113.1
-dummy_if=dcn-node0
+# The node's one link to the host: a veth pair on a /30 of the benchmarking
+# range (RFC 2544), which routes nowhere. The host end is the only thing the
+# node adds to the host's network; the kernel deletes it with the node's
+# network namespace.
+host_if=dcn-host0
+host_ip=198.18.0.9
+node_if=eth0
+node_ip=198.18.0.10
+link_prefix=30
+# Pods: a bridge inside the node, TEST-NET-3, no masquerading, no default
+# route out of the node: nothing a pod sends can leave the machine.
 bridge_if=dcn-br0
+pod_cidr=203.0.113.0/24
+pod_gateway=203.0.113.1
+# Inside the node the usual paths hold (/run/containerd, /var/lib/kubelet,
+# /var/log/pods, ...): its mount namespace has DIR/root/{run,var-lib,var-log}
+# mounted over /run, /var/lib and /var/log. So DIR must not be under those.
 containerd_sock=/run/containerd/containerd.sock
+# A file in DIR that says "this directory is a local node's": the scripts
+# empty or delete only a DIR that holds it.
+marker=.demo-controller-node
+# One node per machine (it has fixed addresses and a fixed link name): the
+# running node holds an flock on this file for as long as any of its
+# processes lives; the file holds the node's DIR.
+lock_file=/run/demo-controller-node.lock
+# Host sysctls that are not per network namespace and that the kubelet writes
+# on start (there is no setting to stop it): inside the node each is masked by
+# a file of DIR's, as runc masks /proc paths, so the host's never change.
+masked_sysctls=(kernel/panic kernel/panic_on_oops vm/overcommit_memory vm/panic_on_oom kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
 
-# alive, stop and pid_in: the same helpers as the control plane's scripts.
+# alive, stop and trusted: the same helpers as the control plane's scripts.
 source "$(dirname "${BASH_SOURCE[0]}")/../proc.sh"
 
 # parse_dir ARGS...: the scripts' one option, --dir DIR (default
 # <repo>/target/local-node; the caller sets repo); -h/--help prints the
-# calling script's header comment.
+# calling script's header comment. Sets dir, absolute when DIR exists.
 parse_dir() {
 	dir=$repo/target/local-node
 	while (($#)); do
@@ -25,28 +49,118 @@ parse_dir() {
 		*) echo "usage: $0 [--dir DIR]" >&2; exit 2 ;;
 		esac
 	done
+	[[ -d $dir ]] && dir=$(cd "$dir" && pwd)
+	return 0
 }
 
-# Host settings the node changes: the kubelet sets the three kernel ones on
-# start (no setting leaves them alone), the CNI bridge plugin ip_forward.
-node_sysctls=(kernel.panic kernel.panic_on_oops vm.overcommit_memory net.ipv4.ip_forward)
-# Directories the node's components create; removed at the end unless they
-# existed before.
-node_dirs=(/var/lib/kubelet /var/lib/containerd /run/containerd /var/lib/cni /var/log/pods /var/log/containers /run/netns)
+# ours: DIR holds the marker (it was made by up.sh).
+ours() { [[ -f $dir/$marker && ! -L $dir/$marker ]]; }
 
-# record_host_state HOSTDIR: what down.sh needs to put the host back.
-record_host_state() {
-	local h=$1 s d
-	for s in "${node_sysctls[@]}"; do echo "$s=$(sysctl -n "$s")"; done >"$h/sysctls"
-	iptables-save -t filter >/dev/null 2>&1 || true # make sure the tools work before relying on them
-	iptables-save >"$h/iptables"
-	ip6tables-save >"$h/ip6tables"
-	nft list tables >"$h/nft-tables" 2>/dev/null || : >"$h/nft-tables"
-	for d in "${node_dirs[@]}"; do [[ -e $d ]] && echo "$d"; done >"$h/dirs"
-	: >"$h/cgroups"
-	for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/k8s.io /sys/fs/cgroup/kubepods /sys/fs/cgroup/k8s.io; do
-		[[ -d $d ]] && echo "$d" >>"$h/cgroups"
-	done
-	touch "$h/complete"
+# refuse_foreign_dir: exits 1 with one line when DIR exists, is not empty and
+# is not a node's directory: nothing in it is ever emptied or deleted.
+refuse_foreign_dir() {
+	if [[ -e $dir && ! -d $dir ]]; then
+		log "error: $dir is not a directory: pick a --dir that does not exist or that a local node made"
+		exit 1
+	fi
+	if [[ -d $dir ]] && ! ours && [[ -n $(ls -A "$dir") ]]; then
+		log "error: $dir is not a local node's directory (it has files and no $marker): not touching it; pick a --dir that does not exist or that a local node made"
+		exit 1
+	fi
 }
 
+# cgroup_name: the node's own cgroup, in every hierarchy; pods go under it
+# (the kubelet's cgroupRoot) and the node's processes in its `system` child.
+# Named after DIR, so a node never takes another's.
+cgroup_name() { echo "demo-controller-node-$(printf %s "$dir" | sha256sum | cut -c1-8)"; }
+
+# cgroup_hierarchies: the mounted cgroup hierarchies (each cgroup v1
+# controller's, and cgroup v2's), by their mount points.
+cgroup_hierarchies() { awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts | sort -u; }
+
+# node_init_pid: the host pid of the node's first process (pid 1 inside its
+# namespaces), if it runs; fails otherwise. Checked, not trusted: it must be
+# the child of the recorded `unshare` whose command line names DIR.
+node_init_pid() {
+	local holder init
+	holder=$(cat "$dir/node.pid" 2>/dev/null) && [[ $holder =~ ^[0-9]+$ ]] || return 1
+	tr '\0' ' ' 2>/dev/null <"/proc/$holder/cmdline" | grep -qF -- "unshare " || return 1
+	tr '\0' ' ' 2>/dev/null <"/proc/$holder/cmdline" | grep -qF -- " $dir " || return 1
+	init=$(cat "/proc/$holder/task/$holder/children" 2>/dev/null) && init=${init%% *} && [[ $init =~ ^[0-9]+$ ]] || return 1
+	echo "$init"
+}
+
+# in_node CMD...: runs CMD inside the node's namespaces (as its processes see
+# the machine: its mounts, network, processes).
+in_node() {
+	local init
+	init=$(node_init_pid) || { log "error: no node runs in $dir"; return 1; }
+	nsenter --target "$init" --mount --uts --net --pid --wd=/ -- "$@"
+}
+
+# teardown [keep-logs]: removes what this node made, and nothing else:
+#  1. its processes: SIGKILL to its pid 1, and the kernel kills every other
+#     process of its pid namespace (the control plane, containerd, the
+#     kubelet, every pod), drops its mount namespace (every container, pod and
+#     network-namespace mount) and deletes its network namespace (bridge,
+#     veths, routes, iptables and nft rules, ip_forward) and with it the host
+#     end of its link;
+#  2. the cgroups up.sh made (listed in DIR/cgroups), now empty;
+#  3. DIR's contents and DIR itself, if up.sh made it (with keep-logs: all but
+#     DIR/logs and the marker, so a failed start can be read afterwards).
+# Nothing is found by a broad name or restored from a snapshot: what the host
+# had, and anything anyone else changed meanwhile, stays as it is.
+teardown() {
+	local keep=${1:-} holder init ns c t p left
+	holder=$(cat "$dir/node.pid" 2>/dev/null) || holder=
+	[[ $holder =~ ^[0-9]+$ ]] || holder=
+	init=$(node_init_pid) || init=
+	ns=$(cat "$dir/pidns" 2>/dev/null) || ns=
+	if [[ -n $init ]]; then
+		kill -KILL "$init" 2>/dev/null || true
+	elif [[ -n $holder ]] && tr '\0' ' ' 2>/dev/null <"/proc/$holder/cmdline" | grep -qF -- " $dir "; then
+		kill -KILL "$holder" 2>/dev/null || true # its child dies with it (--kill-child)
+	fi
+	# Gone when no process is left in the node's pid namespace (the kernel
+	# kills them all before it lets pid 1 go), pid 1 included.
+	if [[ -n $ns ]]; then
+		t=$((SECONDS + 30))
+		while :; do
+			left=0
+			for p in /proc/[0-9]*; do
+				[[ $(readlink "$p/ns/pid" 2>/dev/null) == "$ns" ]] && alive "${p#/proc/}" && { left=1; break; }
+			done
+			((left)) || break
+			((SECONDS < t)) || { log "error: the node's processes are still there 30 s after SIGKILL; not removing $dir"; return 1; }
+			sleep 0.1
+		done
+	fi
+	# Its cgroups, deepest first; a cgroup empties a moment after its last
+	# process exits, hence the retries.
+	if [[ -f $dir/cgroups ]]; then
+		while read -r c; do
+			[[ $c == /sys/fs/cgroup/*/demo-controller-node-* || $c == /sys/fs/cgroup/demo-controller-node-* ]] || continue
+			t=$((SECONDS + 10))
+			while [[ -d $c ]]; do
+				find "$c" -depth -type d -exec rmdir {} + 2>/dev/null || true
+				[[ -d $c ]] || break
+				((SECONDS < t)) || { log "warning: could not remove the cgroup $c"; break; }
+				sleep 0.1
+			done
+		done <"$dir/cgroups"
+	fi
+	# Nothing of the node is mounted in the host's mount table (its mounts
+	# lived and died in its own namespace); if something is, someone else put
+	# it there: leave DIR alone.
+	if awk '{ print $5 }' /proc/self/mountinfo | grep -qF -- "$dir/"; then
+		log "error: something is mounted under $dir (not by the node): not removing it"
+		return 1
+	fi
+	if [[ -n $keep ]]; then
+		find "$dir" -mindepth 1 -maxdepth 1 ! -name logs ! -name "$marker" -exec rm -rf --one-file-system {} +
+	elif grep -qx created "$dir/$marker" 2>/dev/null; then
+		rm -rf --one-file-system "$dir"
+	else
+		find "$dir" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system {} +
+	fi
+}

@@ -1,25 +1,26 @@
 #!/usr/bin/env bash
-# Prints the resident memory of the local node's processes in DIR: control
-# plane, node components, containerd and its shims, and every pod's processes.
+# Prints the resident memory of the local node in DIR, by component: every
+# process in the node's cgroup (control plane, node components, containerd and
+# its shims, every pod's processes), summed by command name.
 # Usage: cluster/node/memory.sh DIR
 set -euo pipefail
-dir=${1:?usage: memory.sh DIR}
-total=0
-line() { printf '  %-26s %6d MB\n' "$1" "$(($2 / 1024))"; total=$((total + $2)); }
-rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+log() { echo "memory.sh: $*" >&2; }
+source "$repo/cluster/node/lib.sh"
+parse_dir --dir "${1:?usage: memory.sh DIR}"
+# The pids controller's hierarchy (or cgroup v2's) lists every process once.
+h=$(cgroup_hierarchies | grep -m1 -E '/(pids|unified)$|^/sys/fs/cgroup$')
 echo "memory of the local node (RSS):"
-for n in etcd kube-apiserver; do
-	pid=$(cat "$dir/plane/$n.pid" 2>/dev/null) && line "$n" "$(rss "$pid")"
-done
-for n in containerd kubelet kube-scheduler kube-controller-manager kube-proxy; do
-	pid=$(cat "$dir/$n.pid" 2>/dev/null) && line "$n" "$(rss "$pid")"
-done
-shims=0
-for p in $(pgrep -x containerd-shim || true); do shims=$((shims + $(rss "$p"))); done
-line "containerd shims" "$shims"
-pods=0
-for f in $(find /sys/fs/cgroup/pids/kubepods -name cgroup.procs 2>/dev/null); do
-	while read -r p; do pods=$((pods + $(rss "$p"))); done <"$f"
-done
-line "pods' processes" "$pods"
-printf '  %-26s %6d MB\n' total "$((total / 1024))"
+find "$h/$(cgroup_name)" -name cgroup.procs -exec cat {} + 2>/dev/null | while read -r p; do
+	comm=$(cat "/proc/$p/comm" 2>/dev/null) || continue
+	rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$p/status" 2>/dev/null) || continue
+	echo "$comm ${rss:-0}"
+done | awk '
+	$1 ~ /^containerd-shim/ { $1 = "containerd shims" }
+	$1 != "kubelet" && $1 != "containerd" && $1 != "etcd" && $1 != "kube-apiserver" && $1 != "kube-scheduler" &&
+	$1 !~ /^kube-controller/ && $1 != "kube-proxy" && $1 != "containerd shims" { $1 = "pods and the rest" }
+	{ kb[$1] += $NF; total += $NF }
+	END {
+		for (n in kb) printf "  %-26s %6d MB\n", n, kb[n] / 1024
+		printf "  %-26s %6d MB\n", "total", total / 1024
+	}'

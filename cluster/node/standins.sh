@@ -13,13 +13,20 @@
 #                                       user 65532, /home/nonroot, /tmp 1777
 # Both carry the label org.demo-controller.stand-in=<what it replaces> and a
 # key label that hashes what built them (this script, the rustc version, the
-# host's CA bundle); podman's image store is the cache: an image with the
-# current key is reused, anything else is rebuilt. Never pushed anywhere.
+# host's CA bundle); the image store is the cache: an image with the current
+# key is reused, anything else is rebuilt. A real image already under the tag
+# (no key label) is left alone and used as it is.
 #
-# Usage: cluster/node/standins.sh ENGINE      (ENGINE: podman or docker)
+# They belong in a container store of the project's own (cluster/image.sh
+# passes podman --root/--runroot), never in the machine's default one, where
+# other builds would take them for the real images. Never pushed anywhere.
+#
+# Usage: cluster/node/standins.sh ENGINE [ENGINE OPTIONS...]
+#   e.g. cluster/node/standins.sh podman --root DIR --runroot DIR
 set -euo pipefail
 
-engine=${1:?usage: standins.sh podman|docker}
+(($#)) || { echo "usage: standins.sh ENGINE [ENGINE OPTIONS...]" >&2; exit 2; }
+engine=("$@")
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 log() { echo "standins.sh: $*" >&2; }
 
@@ -37,7 +44,7 @@ key=$({
 # label and is left alone: it is used as is).
 has() {
 	local labels
-	labels=$("$engine" image inspect --format '{{index .Config.Labels "org.demo-controller.stand-in-key"}}|{{index .Config.Labels "org.demo-controller.stand-in"}}' "$1" 2>/dev/null) || return 1
+	labels=$("${engine[@]}" image inspect --format '{{index .Config.Labels "org.demo-controller.stand-in-key"}}|{{index .Config.Labels "org.demo-controller.stand-in"}}' "$1" 2>/dev/null) || return 1
 	[[ $labels == "$key|"* || $labels == "<no value>|<no value>" || $labels == "|" ]]
 }
 
@@ -52,7 +59,7 @@ import() {
 	local args=(--change "LABEL org.demo-controller.stand-in=\"LOCAL STAND-IN for $what, built from Debian packages by cluster/node/standins.sh\""
 		--change "LABEL org.demo-controller.stand-in-key=$key")
 	for c in "$@"; do args+=(--change "$c"); done
-	tar -C "$dir" --numeric-owner -cf - . | "$engine" import -q "${args[@]}" - "$tag" >/dev/null
+	tar -C "$dir" --numeric-owner -cf - . | "${engine[@]}" import -q "${args[@]}" - "$tag" >/dev/null
 }
 
 if ! has "$run_tag"; then

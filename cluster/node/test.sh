@@ -11,17 +11,20 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
 if ((EUID != 0)); then
-	echo "node/test.sh: the node tests need root (containerd, a kubelet, a bridge, iptables): run \`make test\` as root" >&2
+	echo "node/test.sh: the node tests need root (namespaces, cgroups, containerd, a kubelet): run \`make test\` as root" >&2
 	exit 1
 fi
 dir=$repo/target/test-node
 say() { echo "node/test.sh: $*" >&2; }
-trap 'bash cluster/node/down.sh --dir "$dir"' EXIT INT TERM
+trap 'bash cluster/node/down.sh --dir "$dir"; rm -f "$dir.host-before"' EXIT INT TERM
 
 t=$SECONDS
 bash cluster/node/deps.sh
 bash cluster/image.sh
 say "image ready in $((SECONDS - t)) s"
+# The host as it was before the node: tests/node.rs compares it with the
+# host while the node runs.
+bash cluster/node/hoststate.sh >"$dir.host-before"
 t=$SECONDS
 bash cluster/node/up.sh --dir "$dir" >/dev/null
 say "node up in $((SECONDS - t)) s (binaries included)"
@@ -31,6 +34,7 @@ bash cluster/node/memory.sh "$dir" >&2 || true
 t=$SECONDS
 bash cluster/node/down.sh --dir "$dir"
 say "node down in $((SECONDS - t)) s"
+rm -f "$dir.host-before"
 trap - EXIT INT TERM
 unset DEMO_CONTROLLER_TEST_NODE
 cargo test --locked --test node_teardown -- --include-ignored "$@"

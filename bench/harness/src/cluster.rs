@@ -316,10 +316,13 @@ impl ControlPlane {
             std::thread::sleep(Duration::from_millis(50));
         }
 
-        let etcd = self.env("ETCD_URL");
+        // etcd listens on a unix socket in the cluster directory only.
+        let etcd = self.env("ETCD_SOCKET");
         let post = |path: &str, body: &str| -> serde_json::Value {
             let out = Command::new("curl")
-                .args(["-sS", "--max-time", "30", "-X", "POST", &format!("{etcd}{path}"), "-d", body])
+                .args(["-sS", "--max-time", "30", "--unix-socket", &etcd, "-X", "POST"])
+                .arg(format!("http://localhost{path}"))
+                .args(["-d", body])
                 .output()
                 .expect("run curl");
             serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("etcd {path}: {out:?}"))
