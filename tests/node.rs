@@ -820,7 +820,7 @@ async fn node_lets_no_other_local_user_in() {
          except OSError as e:\n    print(type(e).__name__)",
         socket.to_str().unwrap()
     );
-    let out = as_nobody(&["python3", "-c", &py]);
+    let out = as_nobody(&["/usr/bin/python3", "-c", &py]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "PermissionError", "{out:?}");
     let listening = host("bash", &["cluster/node/exec.sh", "--dir", dir.to_str().unwrap(), "--", "ss", "-ltnp"]);
     assert!(!listening.contains("\"etcd\""), "etcd listens on no TCP port:\n{listening}");
@@ -832,7 +832,8 @@ async fn node_lets_no_other_local_user_in() {
     };
     let kubelet = format!("https://{}:10250/pods", node_env("NODE_IP"));
     for url in [format!("{api}/api/v1/pods"), format!("{api}/readyz"), kubelet] {
-        let out = as_nobody(&["curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", &url]);
+        let out =
+            as_nobody(&["/usr/bin/curl", "-sk", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", &url]);
         assert_eq!(String::from_utf8_lossy(&out.stdout), "401", "{url}: {out:?}");
     }
 

@@ -38,7 +38,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../proc.sh"
 
 # parse_dir ARGS...: the scripts' one option, --dir DIR (default
 # <repo>/target/local-node; the caller sets repo); -h/--help prints the
-# calling script's header comment. Sets dir, absolute when DIR exists.
+# calling script's header comment. Sets dir, absolute.
 parse_dir() {
 	dir=$repo/target/local-node
 	while (($#)); do
@@ -49,7 +49,7 @@ parse_dir() {
 		*) echo "usage: $0 [--dir DIR]" >&2; exit 2 ;;
 		esac
 	done
-	[[ -d $dir ]] && dir=$(cd "$dir" && pwd)
+	dir=$(realpath -m -- "$dir") # absolute, symlinks resolved, whether or not it exists
 	return 0
 }
 
