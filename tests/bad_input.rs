@@ -223,6 +223,7 @@ fn with_path(name: &str, path: &str, user: &str) -> PathBuf {
 
 /// User lines for a client certificate the local control plane's CA signed
 /// for `name`, a user no role is bound to: authenticated, allowed nothing.
+/// (An X.509 v3 certificate, with extensions: rustls refuses v1.)
 fn user_without_rights(name: &str) -> String {
     let dir = cluster_dir();
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("e2e-files");
@@ -231,7 +232,8 @@ fn user_without_rights(name: &str) -> String {
     let sh = format!(
         "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out '{key}' 2>/dev/null && \
          openssl req -new -key '{key}' -subj /CN={name} 2>/dev/null | openssl x509 -req -CA '{ca}' -CAkey '{cakey}' \
-         -CAcreateserial -CAserial '{out}/ca.srl' -days 1 -out '{crt}' 2>/dev/null",
+         -CAcreateserial -CAserial '{out}/ca.srl' -days 1 -out '{crt}' \
+         -extfile <(printf 'basicConstraints=critical,CA:FALSE\\nextendedKeyUsage=clientAuth\\n') 2>/dev/null",
         key = key.display(),
         crt = crt.display(),
         ca = dir.join("pki/ca.crt").display(),
