@@ -33,7 +33,8 @@ have_podman() { command -v podman >/dev/null 2>&1; }
 label_of() { # label_of ENGINE... IMAGE LABEL
 	local n=$# img=${*: -2:1} label=${*: -1} v
 	v=$("${@:1:n-2}" image inspect --format "{{index .Config.Labels \"$label\"}}" "$img" 2>/dev/null) || return 1
-	[[ $v != '<no value>' ]] && echo "$v"
+	# A label that is not there reads "" (or "<no value>"): absent.
+	[[ -n $v && $v != '<no value>' ]] && echo "$v"
 }
 
 case ${1:-} in

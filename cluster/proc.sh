@@ -38,22 +38,24 @@ pid_in() {
 
 # trusted FILE...: succeeds if no other user could have written FILE (a
 # binary about to be run, often as root, from a cache under $HOME): FILE and
-# every directory above it are owned by root or by us, and writable by nobody
-# else (a shared directory with the sticky bit, like /tmp, is fine: only an
-# entry's owner can replace it there). Otherwise says which path and why, in
-# one line, and fails.
+# every directory above it are owned by root, by us or by TRUSTED_UID (set by
+# a caller that runs this repository's scripts as root: their owner could
+# change the scripts themselves anyway), and writable by nobody else (a
+# shared directory with the sticky bit, like /tmp, is fine: only an entry's
+# owner can replace it there). Otherwise says which path and why, in one
+# line, and fails.
 trusted() {
 	local f p owner mode
 	for f in "$@"; do
 		p=$(readlink -f -- "$f") || { log "error: $f does not exist"; return 1; }
 		while :; do
 			read -r owner mode < <(stat -c '%u %a' -- "$p")
-			if [[ $owner != 0 && $owner != "$EUID" ]]; then
-				log "error: refusing to run $f: $p is owned by uid $owner, so that user could have replaced it; build it afresh as this user (remove the cache, or set DEMO_CONTROLLER_CACHE to a directory of your own)"
+			if [[ $owner != 0 && $owner != "$EUID" && $owner != "${TRUSTED_UID:-0}" ]]; then
+				log "error: refusing to use $f: $p is owned by uid $owner, so that user could have replaced it; ${TRUSTED_HINT:-build it afresh as this user (remove the cache, or set DEMO_CONTROLLER_CACHE to a directory of your own)}"
 				return 1
 			fi
 			if ((8#$mode & 8#022)) && { [[ ! -d $p ]] || ((!(8#$mode & 8#1000))); }; then
-				log "error: refusing to run $f: $p is writable by other users (mode $mode), so one of them could have replaced it; chmod go-w it or build afresh"
+				log "error: refusing to use $f: $p is writable by other users (mode $mode), so one of them could have replaced it; ${TRUSTED_HINT:-chmod go-w it or build afresh}"
 				return 1
 			fi
 			[[ $p == / ]] && break

@@ -8,8 +8,8 @@
 #
 # Usage: cluster/up.sh [--dir DIR]     (DIR defaults to <repo>/target/local-cluster)
 #
-# With LOCAL_CLUSTER_NODE_IP=ADDR in the environment (set by cluster/node/up.sh,
-# which has put ADDR on a dummy interface) the apiserver runs as a real
+# With LOCAL_CLUSTER_NODE_IP=ADDR in the environment (set by cluster/node/init.sh,
+# which has put ADDR on the node's end of its link) the apiserver runs as a real
 # cluster's does for a kubelet: bound to and advertising ADDR, Node,RBAC
 # authorization, the `kubernetes` Service at 198.51.100.1 (TEST-NET-2, routes
 # nowhere) with endpoints kept by the lease reconciler, and a client

@@ -734,15 +734,21 @@ async fn node_running_leaves_the_hosts_sysctls_firewall_and_mounts_as_they_were(
         assert!(gone.is_empty(), "{name} gone while the node runs: {gone:?}");
         assert!(!new.is_empty() && new.iter().all(|l| l.contains("dcn-host0")), "{name} new on the host: {new:?}");
     }
-    // Yet the kubelet did write kernel.panic (into the node's mask), and the
-    // node has its own forwarding and kube-proxy's rules.
-    assert_eq!(std::fs::read_to_string(in_node("/proc/sys/kernel/panic")).unwrap().trim(), "10");
+    // Yet the kubelet did write kernel.panic, into the node's mask (a file
+    // of its directory mounted over the sysctl), and the node has its own
+    // forwarding and kube-proxy's rules.
     let dir = node_dir();
     let exec = |args: &[&str]| {
         let mut all = vec!["cluster/node/exec.sh", "--dir", dir.to_str().unwrap(), "--"];
         all.extend(args);
         host("bash", &all)
     };
+    for sysctl in ["kernel/panic", "kernel/panic_on_oops", "vm/overcommit_memory"] {
+        let path = format!("/proc/sys/{sysctl}");
+        let mount = exec(&["findmnt", "-n", "-o", "SOURCE", &path]);
+        assert!(mount.contains(&format!("/sysctl/{}", sysctl.replace('/', "."))), "{path} not masked: {mount:?}");
+    }
+    assert_eq!(std::fs::read_to_string(in_node("/proc/sys/kernel/panic")).unwrap().trim(), "10");
     assert_eq!(exec(&["cat", "/proc/sys/net/ipv4/ip_forward"]).trim(), "1");
     assert!(exec(&["iptables", "-w", "-t", "nat", "-S"]).contains("KUBE-SERVICES"));
 }
@@ -822,8 +828,17 @@ async fn node_lets_no_other_local_user_in() {
     );
     let out = as_nobody(&["/usr/bin/python3", "-c", &py]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "PermissionError", "{out:?}");
-    let listening = host("bash", &["cluster/node/exec.sh", "--dir", dir.to_str().unwrap(), "--", "ss", "-ltnp"]);
+    let listening = host("bash", &["cluster/node/exec.sh", "--dir", dir.to_str().unwrap(), "--", "ss", "-Hltnp"]);
     assert!(!listening.contains("\"etcd\""), "etcd listens on no TCP port:\n{listening}");
+    // What the host (and so any local user) can reach in the node: only the
+    // API server and the kubelet, on the node's address; the rest listens on
+    // the node's own loopback.
+    for line in listening.lines() {
+        let local = line.split_whitespace().nth(3).unwrap_or_default();
+        let open = !(local.starts_with("127.") || local.starts_with("[::1]"));
+        let allowed = line.contains("\"kube-apiserver\"") || line.contains("\"kubelet\"");
+        assert!(!open || (allowed && local.starts_with(&node_env("NODE_IP"))), "reachable from the host: {line}");
+    }
 
     // The API server and the kubelet: no anonymous requests.
     let api = {
@@ -860,7 +875,9 @@ async fn node_images_stand_ins_stay_in_the_projects_store_and_are_never_pushed()
             .output()
             .unwrap();
         let label = String::from_utf8_lossy(&out.stdout);
-        assert!(!out.status.success() || label.trim() == "<no value>", "{base} in the default store is a stand-in");
+        // (An absent label reads "" or "<no value>".)
+        let absent = label.trim().is_empty() || label.trim() == "<no value>";
+        assert!(!out.status.success() || absent, "{base} in the default store is a stand-in: {label}");
     }
     // An image only the project's own store holds (as one built on stand-ins
     // is) is refused by `make push`, in one line, before anything is sent.

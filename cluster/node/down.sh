@@ -33,8 +33,6 @@ fi
 t0=${EPOCHREALTIME//[!0-9]/}
 teardown
 # The machine's node lock: removed once nothing holds it, if it names DIR.
-if [[ -f $lock_file ]] && exec 8<"$lock_file" && flock -n 8 && [[ $(cat "$lock_file") == "$dir" ]]; then
-	rm -f "$lock_file"
-fi
+release_lock
 ms=$(((${EPOCHREALTIME//[!0-9]/} - t0) / 1000))
 log "node stopped in $((ms / 1000)).$((ms % 1000 / 100)) s; removed its cgroups and $dir"

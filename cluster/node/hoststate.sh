@@ -38,12 +38,22 @@ echo "## mounts"
 echo "## network namespaces"
 ls /run/netns 2>/dev/null || true
 echo "## cgroups"
+# cgroup v2's root: which controllers it hands down (a kubelet can add some).
+for f in /sys/fs/cgroup/cgroup.subtree_control /sys/fs/cgroup/unified/cgroup.subtree_control; do
+	[[ -f $f ]] && echo "$f: $(cat "$f")"
+done
 ls -d /sys/fs/cgroup/*/demo-controller-node-* /sys/fs/cgroup/demo-controller-node-* /sys/fs/cgroup/*/kubepods* \
 	/sys/fs/cgroup/kubepods* /sys/fs/cgroup/*/k8s.io /sys/fs/cgroup/k8s.io 2>/dev/null || true
 echo "## directories"
-for d in /var/lib/kubelet /var/lib/containerd /run/containerd /var/lib/cni /var/log/pods /var/log/containers /etc/cni/net.d /opt/containerd; do
+for d in /var/lib/kubelet /var/lib/containerd /run/containerd /var/lib/cni /var/log/pods /var/log/containers \
+	/etc/cni/net.d /opt/containerd /usr/libexec/kubernetes /etc/kubernetes; do
 	[[ -e $d ]] && echo "$d"
 done
+echo "## modules"
+# Loaded kernel modules: the kernel may load some the first time any node
+# runs (bridge, veth, overlay, netfilter); they stay, as with any container
+# runtime, so this section is shown, not compared.
+awk '{ print $1 }' /proc/modules | sort
 echo "## processes"
 # (process names as the kernel keeps them: 15 characters)
 for n in kubelet containerd containerd-shim kube-proxy kube-scheduler kube-controller kube-apiserver etcd; do

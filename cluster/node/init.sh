@@ -55,7 +55,10 @@ ip link set lo up
 ip addr add "$node_ip/$link_prefix" dev "$node_if"
 ip link set "$node_if" up
 # No default route: the node reaches the host's end of its link and nothing
-# beyond, so a pod's packet for anywhere else is dropped right here.
+# beyond, so a pod's packet for anywhere else is dropped right here. And no
+# pod's packet is forwarded to the host either (the host would answer a pod
+# address through its own default route).
+iptables -w -I FORWARD 1 -o "$node_if" -m comment --comment "demo-controller node: pods never reach the host" -j DROP
 
 # --- Control plane, its apiserver set up for a kubelet ------------------------------
 LOCAL_CLUSTER_NODE_IP=$node_ip bash "$repo/cluster/up.sh" --dir "$dir/plane" >/dev/null 2>>"$dir/logs/plane.log" ||
@@ -189,7 +192,8 @@ launch kube-controller-manager "$bin/kube-controller-manager" --kubeconfig="$dir
 	--controllers='*' --node-monitor-grace-period=20s
 
 # --- kubelet ---------------------------------------------------------------------------------
-# cgroupRoot: every pod under the node's own cgroup. cgroup v1 here:
+# cgroupRoot: every pod under the node's own cgroup. volumePluginDir: the
+# kubelet makes it on start (by default under /usr/libexec, on the host). cgroup v1 here:
 # failCgroupV1 false. Eviction and image GC thresholds low, so a small disk
 # never evicts the pods or deletes the local images (they cannot be pulled
 # again). No anonymous requests, no read-only port, webhook authn/authz as on
@@ -208,6 +212,7 @@ authentication:
   x509: {clientCAFile: "$plane/pki/ca.crt"}
 authorization: {mode: Webhook}
 cgroupRoot: /$(cgroup_name)
+volumePluginDir: $dir/volume-plugins
 cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false

@@ -69,6 +69,43 @@ refuse_foreign_dir() {
 	fi
 }
 
+# refuse_unsafe_dir: root runs the node from DIR (its configuration, its
+# scripts' inputs), so DIR, or where it will be made, must be writable by
+# root and the repository's owner only (see trusted in proc.sh).
+refuse_unsafe_dir() {
+	local p=$dir
+	while [[ ! -e $p ]]; do p=$(dirname -- "$p"); done
+	TRUSTED_UID=$(stat -c %u "$repo") TRUSTED_HINT="pick a --dir that only root (or the repository's owner) can write to" \
+		trusted "$p" || exit 1
+}
+
+# Only one node per machine: take the lock, or refuse in one line. The lock
+# is on fd 8 and is inherited by the node's processes, so it stays held as
+# long as any of them lives. down.sh removes the file while holding it; a
+# lock taken on a file that was removed meanwhile is let go and taken again.
+take_lock() {
+	local other
+	while :; do
+		exec 8>>"$lock_file"
+		if ! flock -n 8; then
+			other=$(cat "$lock_file" 2>/dev/null || true)
+			log "error: a local node is already running${other:+ in $other}: only one can run on a machine; stop it first with cluster/node/down.sh --dir ${other:-ITS_DIR}"
+			exit 1
+		fi
+		[[ $(stat -Lc %d:%i "/proc/$$/fd/8") == "$(stat -c %d:%i "$lock_file" 2>/dev/null)" ]] && break
+		exec 8>&-
+	done
+	echo "$dir" >"$lock_file"
+}
+
+# release_lock: removes the lock file if it names DIR and no node holds it
+# (fd 8 is ours or free); after that, anyone may start a node.
+release_lock() {
+	[[ -f $lock_file ]] || return 0
+	{ [[ -e /proc/$$/fd/8 ]] || exec 8<"$lock_file"; } && flock -n 8 && [[ $(cat "$lock_file") == "$dir" ]] && rm -f "$lock_file"
+	return 0
+}
+
 # cgroup_name: the node's own cgroup, in every hierarchy; pods go under it
 # (the kubelet's cgroupRoot) and the node's processes in its `system` child.
 # Named after DIR, so a node never takes another's.
@@ -111,49 +148,66 @@ in_node() {
 # Nothing is found by a broad name or restored from a snapshot: what the host
 # had, and anything anyone else changed meanwhile, stays as it is.
 teardown() {
-	local keep=${1:-} holder init ns c t p left
-	holder=$(cat "$dir/node.pid" 2>/dev/null) || holder=
-	[[ $holder =~ ^[0-9]+$ ]] || holder=
+	local keep=${1:-} init ns c t p left cg pids mode
+	cg=$(cgroup_name)
 	init=$(node_init_pid) || init=
 	ns=$(cat "$dir/pidns" 2>/dev/null) || ns=
-	if [[ -n $init ]]; then
-		kill -KILL "$init" 2>/dev/null || true
-	elif [[ -n $holder ]] && tr '\0' ' ' 2>/dev/null <"/proc/$holder/cmdline" | grep -qF -- " $dir "; then
-		kill -KILL "$holder" 2>/dev/null || true # its child dies with it (--kill-child)
-	fi
-	# Gone when no process is left in the node's pid namespace (the kernel
-	# kills them all before it lets pid 1 go), pid 1 included.
-	if [[ -n $ns ]]; then
-		t=$((SECONDS + 30))
-		while :; do
-			left=0
-			for p in /proc/[0-9]*; do
-				[[ $(readlink "$p/ns/pid" 2>/dev/null) == "$ns" ]] && alive "${p#/proc/}" && { left=1; break; }
-			done
-			((left)) || break
-			((SECONDS < t)) || { log "error: the node's processes are still there 30 s after SIGKILL; not removing $dir"; return 1; }
-			sleep 0.1
-		done
-	fi
-	# Its cgroups, deepest first; a cgroup empties a moment after its last
-	# process exits, hence the retries.
+	# The cgroups up.sh made: exactly DIR's two per hierarchy, nothing else.
+	local ours_cg=()
 	if [[ -f $dir/cgroups ]]; then
 		while read -r c; do
-			[[ $c == /sys/fs/cgroup/*/demo-controller-node-* || $c == /sys/fs/cgroup/demo-controller-node-* ]] || continue
-			t=$((SECONDS + 10))
-			while [[ -d $c ]]; do
-				find "$c" -depth -type d -exec rmdir {} + 2>/dev/null || true
-				[[ -d $c ]] || break
-				((SECONDS < t)) || { log "warning: could not remove the cgroup $c"; break; }
-				sleep 0.1
+			for h in $(cgroup_hierarchies); do
+				[[ $c == "$h/$cg" || $c == "$h/$cg/system" ]] && ours_cg+=("$c")
 			done
 		done <"$dir/cgroups"
 	fi
+	# node_pids: every process in the node's cgroups (the node's own and its
+	# pods': all of them are the node's, and only they are there).
+	node_pids() {
+		local c
+		for c in ${ours_cg[@]+"${ours_cg[@]}"}; do
+			[[ -d $c ]] && find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null
+		done | sort -un
+	}
+	[[ -n $init ]] && kill -KILL "$init" 2>/dev/null
+	# Whatever is left in its cgroups (pid 1 not found: node.pid gone, or
+	# the run killed before it was written) is the node's too.
+	pids=$(node_pids)
+	# shellcheck disable=SC2086 # one pid per word
+	[[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
+	# Gone when no process is left in the node's pid namespace (the kernel
+	# kills them all before it lets pid 1 go) and none in its cgroups.
+	t=$((SECONDS + 30))
+	while :; do
+		left=0
+		if [[ -n $ns ]]; then
+			for p in /proc/[0-9]*; do
+				[[ $(readlink "$p/ns/pid" 2>/dev/null) == "$ns" ]] && alive "${p#/proc/}" && { left=1; break; }
+			done
+		fi
+		for p in $(node_pids); do alive "$p" && left=1; done
+		((left)) || break
+		((SECONDS < t)) || { log "error: the node's processes are still there 30 s after SIGKILL; not removing $dir"; return 1; }
+		sleep 0.1
+	done
+	# Its cgroups, deepest first; a cgroup empties a moment after its last
+	# process exits, hence the retries. One that stays means the node was
+	# not all gone: DIR (its record) is kept.
+	for ((i = ${#ours_cg[@]} - 1; i >= 0; i--)); do
+		c=${ours_cg[i]}
+		t=$((SECONDS + 10))
+		while [[ -d $c ]]; do
+			find "$c" -depth -type d -exec rmdir {} + 2>/dev/null || true
+			[[ -d $c ]] || break
+			((SECONDS < t)) || { log "error: could not remove the node's cgroup $c; not removing $dir"; return 1; }
+			sleep 0.1
+		done
+	done
 	# Nothing of the node is mounted in the host's mount table (its mounts
 	# lived and died in its own namespace); if something is, someone else put
 	# it there: leave DIR alone.
-	if awk '{ print $5 }' /proc/self/mountinfo | grep -qF -- "$dir/"; then
-		log "error: something is mounted under $dir (not by the node): not removing it"
+	if awk -v d="$dir" '{ gsub(/\\040/, " ", $5) } $5 == d || index($5, d "/") == 1 { f = 1 } END { exit !f }' /proc/self/mountinfo; then
+		log "error: something is mounted at or under $dir (not by the node): not removing it"
 		return 1
 	fi
 	if [[ -n $keep ]]; then
@@ -161,6 +215,10 @@ teardown() {
 	elif grep -qx created "$dir/$marker" 2>/dev/null; then
 		rm -rf --one-file-system "$dir"
 	else
+		# A directory that existed (empty) before: emptied, its mode put back.
+		mode=$(sed -n 's/^existed //p' "$dir/$marker" 2>/dev/null)
 		find "$dir" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system {} +
+		[[ $mode =~ ^[0-7]+$ ]] && chmod "$mode" "$dir"
 	fi
+	return 0
 }

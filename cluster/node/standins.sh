@@ -49,7 +49,7 @@ has() {
 }
 
 work=$(mktemp -d /var/tmp/demo-controller-standins.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf --one-file-system "$work"' EXIT
 
 # import DIR TAG WHAT CHANGES...: DIR's files as a one-layer image. One ENV
 # per change: `podman import` reads "ENV A=1 B=2" as A="1 B=2".

@@ -10,7 +10,7 @@
 # Needs root and the Debian packages in deps.sh, which it installs when
 # missing. One node per machine: a second up.sh is refused while one runs.
 #
-# What it does to the host, and nothing more:
+# What it does to the host:
 #   - one process tree, every process of which lives in the node's own pid,
 #     mount, network and UTS namespaces (`unshare`; cluster/node/init.sh is its
 #     pid 1). The node's mounts, bridge, veths, routes, iptables and nft rules,
@@ -23,7 +23,11 @@
 #     the node's processes in its `system` child, the pods under it (the
 #     kubelet's cgroupRoot);
 #   - DIR, marked as a node's by the file .demo-controller-node. A DIR that
-#     exists with other files and no marker is refused, never emptied.
+#     exists with other files and no marker is refused, never emptied; so is
+#     one that a user other than root (or the repository's owner) could write;
+#   - while it runs, /run/demo-controller-node.lock (one node per machine).
+# The kernel may load modules the node uses (bridge, veth, overlay,
+# netfilter) the first time, as for any container runtime; they stay loaded.
 # cluster/node/down.sh kills the node's pid 1, so the kernel removes every
 # process, mount, interface and rule of it, then removes its cgroups and DIR.
 # A failed start does the same and keeps DIR/logs to read.
@@ -50,29 +54,34 @@ if ((EUID != 0)); then
 	echo "error: the local node needs root (it creates namespaces, a cgroup and a veth pair, and runs containerd and a kubelet): run this as root" >&2
 	exit 1
 fi
-case $dir in
-/run | /run/* | /var/lib | /var/lib/* | /var/log | /var/log/*)
+
+# Inside the node, /run, /var/lib and /var/log are its own: what it needs
+# from the host must not live there, nor DIR.
+hidden() { case $1 in /run | /run/* | /var/lib | /var/lib/* | /var/log | /var/log/*) return 0 ;; esac; return 1; }
+if hidden "$dir"; then
 	log "error: --dir $dir is under /run, /var/lib or /var/log, which the node mounts its own over: pick another"
 	exit 1
-	;;
-esac
+fi
+if hidden "$repo"; then
+	log "error: the repository is under /run, /var/lib or /var/log ($repo), which the node mounts its own over: clone it elsewhere"
+	exit 1
+fi
+parent=$(dirname -- "$dir")
+if [[ ! -d $parent && $parent != "$repo/target" ]]; then
+	log "error: --dir $dir: its parent $parent does not exist; make it first (the node creates only DIR itself)"
+	exit 1
+fi
 
 # --- Refuse what is not ours, and a second node ---------------------------------
 refuse_foreign_dir
+refuse_unsafe_dir
 if ours && [[ -f $dir/ready ]] && node_init_pid >/dev/null; then
 	log "node in $dir is already running"
-	echo "export KUBECONFIG=$dir/plane/kubeconfig"
+	echo "export KUBECONFIG=$(printf %q "$dir/plane/kubeconfig")"
 	exit 0
 fi
-# The lock is taken here and inherited by the node's processes: it stays held
-# for as long as any of them lives, and no second node can start meanwhile.
-exec 8>>"$lock_file"
-if ! flock -n 8; then
-	other=$(cat "$lock_file" 2>/dev/null || true)
-	log "error: a local node is already running${other:+ in $other}: only one can run on a machine; stop it first with cluster/node/down.sh --dir ${other:-ITS_DIR}"
-	exit 1
-fi
-echo "$dir" >"$lock_file"
+take_lock
+trap release_lock EXIT # until the node runs (on_exit below takes over)
 if [[ -d $dir ]] && ours; then
 	if [[ -n $(find "$dir" -mindepth 1 -maxdepth 1 ! -name "$marker" -print -quit) ]]; then
 		log "removing what a stopped node left in $dir"
@@ -84,14 +93,26 @@ if [[ ! -d $dir ]]; then
 	dir=$(cd "$dir" && pwd)
 	echo created >"$dir/$marker"
 elif ! ours; then
-	echo existed >"$dir/$marker" # an empty directory: emptied, never removed
+	# An empty directory: emptied at the end, never removed, its mode put back.
+	echo "existed $(stat -c %a "$dir")" >"$dir/$marker"
 fi
 
 # --- What it needs: packages, binaries, images (all cached) ----------------------
+# Built here, on the host: inside the node there is no network to fetch Go
+# modules with (the control plane's own up.sh, run in there, finds its
+# binaries cached).
 bash "$here/deps.sh"
+plane_bin=$(bash "$repo/cluster/build.sh" | tail -n1)
 bin=$(bash "$here/build.sh" | tail -n1)
 imgs=$(bash "$here/images.sh" | tail -n1)
-trusted "$bin"/{kubelet,kube-scheduler,kube-controller-manager,kube-proxy} "$imgs"/{pause,busybox}.tar || exit 1
+for p in "$plane_bin" "$bin" "$imgs"; do
+	if hidden "$p"; then
+		log "error: the cache $p is under /run, /var/lib or /var/log, which the node mounts its own over: set DEMO_CONTROLLER_CACHE to a directory elsewhere"
+		exit 1
+	fi
+done
+trusted "$plane_bin"/{etcd,kube-apiserver} "$bin"/{kubelet,kube-scheduler,kube-controller-manager,kube-proxy} \
+	"$imgs"/{pause,busybox}.tar || exit 1
 
 t0=${EPOCHREALTIME//[!0-9]/}
 ms() { echo $(((${EPOCHREALTIME//[!0-9]/} - t0) / 1000)); }
@@ -105,7 +126,7 @@ on_exit() {
 	((ok)) && return
 	[[ -n ${tailer:-} ]] && kill "$tailer" 2>/dev/null
 	log "start failed; removing the node (its logs stay in $dir/logs; cluster/node/down.sh --dir $dir removes them)"
-	teardown keep-logs || true
+	teardown keep-logs && release_lock
 }
 trap on_exit EXIT
 trap 'exit 130' INT
@@ -166,7 +187,7 @@ readlink "/proc/$init/ns/pid" >"$dir/pidns"
 # Created with its node end already in the node's network namespace; no IPv6
 # on the host end (no link-local address or route on the host).
 ip link add "$host_if" type veth peer name "$node_if" netns "$init"
-sysctl -qw "net.ipv6.conf.$host_if.disable_ipv6=1"
+[[ -e /proc/sys/net/ipv6/conf/$host_if ]] && sysctl -qw "net.ipv6.conf.$host_if.disable_ipv6=1"
 ip addr add "$host_ip/$link_prefix" dev "$host_if"
 ip link set "$host_if" up
 touch "$dir/net-ready" # init.sh configures the node end
@@ -190,16 +211,17 @@ if store=$(bash "$repo/cluster/image.sh" --where demo-controller:dev 2>/dev/null
 		{ log "error: importing demo-controller:dev into the node's containerd failed"; exit 1; }
 	log "loaded demo-controller:dev into the node ($(secs))"
 fi
+q() { printf %q "$1"; }
 cat >"$dir/env" <<EOF
-NODE_DIR=$dir
+NODE_DIR=$(q "$dir")
 NODE_NAME=$node_name
 NODE_IP=$node_ip
 POD_CIDR=$pod_cidr
-BIN_DIR=$bin
-CONTAINERD_SOCK=$dir/root$containerd_sock
+BIN_DIR=$(q "$bin")
+CONTAINERD_SOCK=$(q "$dir/root$containerd_sock")
 NODE_CGROUP=$cg
-KUBECONFIG=$dir/plane/kubeconfig
+KUBECONFIG=$(q "$dir/plane/kubeconfig")
 EOF
 log "node $node_name Ready in $(secs)"
 ok=1
-echo "export KUBECONFIG=$dir/plane/kubeconfig"
+echo "export KUBECONFIG=$(q "$dir/plane/kubeconfig")"
