@@ -74,6 +74,7 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     };
     println!("chapter 1: every event kube's watcher yields for pods, with its resourceVersion (Ctrl-C stops)");
 
+    // ANCHOR: watch
     // Nothing is listed or watched until the stream is polled. The backoff
     // spaces out retries after an error instead of hammering the server (it
     // is good enough here; src/informer.rs `Backoff` says where it falls
@@ -103,8 +104,10 @@ async fn run(args: Args) -> Result<(), kube::Error> {
             None => return Ok(()),
         }
     }
+    // ANCHOR_END: watch
 }
 
+// ANCHOR: describe
 /// One line per event: its kind, the pod's `namespace/name`, its
 /// resourceVersion, and what the event means for an informer.
 fn describe(event: &Event<Pod>) -> String {
@@ -120,3 +123,4 @@ fn describe(event: &Event<Pod>) -> String {
         Event::Delete(p) => format!("Delete: {} (its final state)", pod(p)),
     }
 }
+// ANCHOR_END: describe

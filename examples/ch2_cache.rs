@@ -66,6 +66,7 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     };
     println!("chapter 2: the same events, written into a cache (a reflector Store) and read back by key");
 
+    // ANCHOR: store
     // `store` is the read handle (cheap to clone, for everyone who reads);
     // `writer` is the one write handle, given to `reflect`, which applies
     // every event to the store *before* passing it on.
@@ -99,8 +100,10 @@ async fn run(args: Args) -> Result<(), kube::Error> {
             None => return Ok(()),
         }
     }
+    // ANCHOR_END: store
 }
 
+// ANCHOR: after
 /// The event, and what the store holds for its pod right after it.
 fn after(event: &Event<Pod>, store: &Store<Pod>) -> String {
     match event {
@@ -122,6 +125,7 @@ fn lookup(store: &Store<Pod>, key: &Key) -> String {
         None => "not there".into(),
     }
 }
+// ANCHOR_END: after
 
 /// Every key in the cache, sorted, for one readable line.
 fn keys(store: &Store<Pod>) -> String {

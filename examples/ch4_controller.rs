@@ -101,6 +101,7 @@ async fn main() -> ExitCode {
     }
 }
 
+// ANCHOR: run
 /// Run: start the watch, wait for the cache to sync, start the resync timer
 /// and the worker, and on Ctrl-C or SIGTERM shut down in order.
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
@@ -152,8 +153,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("shutdown complete");
     Ok(())
 }
+// ANCHOR_END: run
 
 impl Controller {
+    // ANCHOR: on_event
     /// The informer: list + watch into the store, and every change to a key.
     /// Watch errors are logged and retried, never fatal.
     async fn watch(
@@ -202,7 +205,9 @@ impl Controller {
         }
         self.queue.add(key);
     }
+    // ANCHOR_END: on_event
 
+    // ANCHOR: resync
     /// Resync: every period, queue every key *in the cache* again. It never
     /// asks the server, so it cannot catch a change the watch missed (the
     /// relist after a 410 does that). It is for controllers whose actions on
@@ -222,7 +227,9 @@ impl Controller {
             }
         }
     }
+    // ANCHOR_END: resync
 
+    // ANCHOR: worker
     /// runWorker: process keys until the queue is shut down and drained.
     async fn run_worker(self: Arc<Self>) {
         while self.process_next_work_item().await {}
@@ -245,7 +252,9 @@ impl Controller {
         }
         true
     }
+    // ANCHOR_END: worker
 
+    // ANCHOR: sync_handler
     /// syncHandler: compare the pod in the cache now with the state at the
     /// last sync, and log the difference. It never trusts the event that
     /// queued the key: dedup merges events, a resync replays them, and kube's
@@ -281,6 +290,7 @@ impl Controller {
             println!("{line}: {key}");
         }
     }
+    // ANCHOR_END: sync_handler
 }
 
 /// Locks a map. A poisoned lock (a panic while it was held) still holds a
@@ -304,6 +314,7 @@ async fn on_signal(shutdown: CancellationToken) {
     shutdown.cancel();
 }
 
+// ANCHOR: left_out
 // What this chapter leaves out, and where the full program handles it:
 //
 // - Pods deleted while the watch was down: after a relist the store drops
@@ -338,3 +349,4 @@ async fn on_signal(shutdown: CancellationToken) {
 //   them: src/informer.rs `run`.
 // - Readiness and liveness probes and metrics: src/probes.rs, src/metrics.rs.
 // - Clear errors for a bad kubeconfig or selector: src/client.rs.
+// ANCHOR_END: left_out

@@ -75,6 +75,7 @@ impl Controller {
         self.queue.clone()
     }
 
+    // ANCHOR: run
     /// Runs until `shutdown` is cancelled, then drains and says how that went.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Stopped {
         // 1. Start the informer. Nothing is listed or watched until its future
@@ -148,6 +149,7 @@ impl Controller {
             Stopped::Drained
         }
     }
+    // ANCHOR_END: run
 
     /// The resync period: queue every key of the *cache* again.
     ///
@@ -190,6 +192,7 @@ impl Controller {
         }
     }
 
+    // ANCHOR: process
     /// processNextWorkItem: take one key, sync it, and tell the queue how it
     /// went. Every path ends in `done`, or the key would be stuck forever.
     ///
@@ -230,6 +233,7 @@ impl Controller {
         self.queue.done(&key);
         true
     }
+    // ANCHOR_END: process
 
     /// syncHandler: the worker's read -> act -> commit for one key (see worker.rs).
     async fn sync_handler(&self, key: &Key) -> Result<(), SyncError> {

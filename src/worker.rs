@@ -24,6 +24,7 @@ pub enum Change {
     Delete(PodState),
 }
 
+// ANCHOR: decide
 /// The decision, as a pure function: given what we last logged for a key, the
 /// final states of pods that have left the cache since (tombstones), and what
 /// the cache holds now, say what happened, oldest first.
@@ -62,6 +63,7 @@ pub fn decide(last: Option<&PodState>, tombstones: &[PodState], current: Option<
     }
     changes
 }
+// ANCHOR_END: decide
 
 /// One change as the sync logged it.
 #[derive(Clone, Debug, PartialEq)]
