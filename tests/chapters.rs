@@ -2,6 +2,12 @@
 //! local control plane and its output is asserted line by line, including
 //! the line each `--pitfall` of chapter 4 makes go missing or appear wrongly.
 //!
+//! Each chapter's output is also the output its book page shows: the test
+//! compares it, normalised (the namespace written `play`, every
+//! resourceVersion `N`), with book/src/output/<chapter>.txt and fails when they
+//! differ. `DEMO_CONTROLLER_BLESS=1` rewrites the file instead, after a change
+//! that is meant to change the output.
+//!
 //! `cargo test` builds the examples next to the test binaries
 //! (target/<profile>/examples/); `make test` runs these tests.
 
@@ -81,6 +87,30 @@ async fn stop(mut chapter: Logger, signal: &str) -> Vec<String> {
     output(&chapter)
 }
 
+/// The chapter's output as its book page shows it: `lines` with the test's
+/// namespace written `play` (the namespace the book's commands use), compared
+/// with book/src/output/`name`.txt, or written there with
+/// DEMO_CONTROLLER_BLESS=1. The lines are already free of what changes from
+/// run to run (resourceVersions are `rv=N`; the chapters print no time, UID or
+/// duration), so two runs write the same file.
+fn book_output(name: &str, ns: &str, lines: &[String]) {
+    let path = repo().join("book/src/output").join(format!("{name}.txt"));
+    let text: String = lines.iter().map(|l| l.replace(ns, "play") + "\n").collect();
+    if std::env::var("DEMO_CONTROLLER_BLESS").is_ok_and(|v| v == "1") {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &text).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == text,
+        "{} differs from this run's output: the book would show something the chapter no longer prints. \
+         If the change is meant, run the chapter tests with DEMO_CONTROLLER_BLESS=1 to rewrite it.\n\
+         --- committed\n{committed}--- this run\n{text}",
+        path.display()
+    );
+}
+
 async fn remove_finalizers(c: &Cluster, ns: &str, name: &str) {
     let patch = json!([{"op": "remove", "path": "/metadata/finalizers"}]);
     Api::<k8s_openapi::api::core::v1::Pod>::namespaced(c.client.clone(), ns)
@@ -119,6 +149,7 @@ async fn chapter1_watch_prints_the_list_then_every_change() {
             &format!("Delete: {ns}/new rv=N (its final state)"),
         ]
     );
+    book_output("ch1_watch", &ns, &out);
     // Every change has a newer resourceVersion than the one before it.
     assert!(rvs[1..].windows(2).all(|w| w[0] < w[1]), "{rvs:?}");
 }
@@ -153,6 +184,7 @@ async fn chapter2_cache_holds_the_list_only_at_init_done_and_each_change_after()
             &format!("Delete {ns}/new -> store: not there"),
         ]
     );
+    book_output("ch2_cache", &ns, &out);
 }
 
 #[ignore = "needs the local control plane: run `make test`"]
@@ -193,6 +225,7 @@ async fn chapter3_queue_merges_ten_changes_into_one_sync_of_the_newest_state() {
         "shutdown complete".into(),
     ]);
     assert_eq!(out, expected);
+    book_output("ch3_queue", &ns, &out);
 }
 
 /// The first lines of chapter 4 when it waits for the cache.
@@ -244,6 +277,7 @@ async fn chapter4_logs_add_update_delete_and_shuts_down_cleanly() {
     );
     expected.extend(ch4_stop());
     assert_eq!(out, expected);
+    book_output("ch4_controller", &ns, &out);
 }
 
 /// Runs chapter 4 with `--resync 2s`, lets two resyncs pass, stops it.
