@@ -22,7 +22,8 @@
 //! - `Init`, then one `InitApply` per listed pod, then `InitDone`: a full list.
 //!   This happens at start-up *and again* whenever the watch cannot resume
 //!   (the server answers 410 Gone because the resourceVersion we hold is too
-//!   old). A relist is how a controller catches up with what it missed.
+//!   old). A watch that resumes gets the changes it missed as ordinary
+//!   events; after a 410 the relist is how a controller catches up.
 //! - `Apply`: a pod was created *or* changed. kube has no separate "added":
 //!   the event does not say which one, and carries no old object.
 //! - `Delete`: a pod is gone, with its final state.

@@ -22,8 +22,9 @@
 //! A controller that asked the server for every key would send the API
 //! server one GET per change per pod, for the same answer a few milliseconds
 //! older. The cache can be a little behind the server, never inconsistent
-//! with the events we have seen, and every event arrives after the store
-//! holds it.
+//! with the events we have seen. An `Apply` or `Delete` arrives after the
+//! store holds it; an `InitApply` arrives before (the store takes the list at
+//! `InitDone`), at start-up and in every relist.
 
 use std::process::ExitCode;
 

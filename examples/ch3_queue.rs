@@ -148,7 +148,7 @@ async fn worker(queue: Arc<Queue<Key>>, store: Store<Pod>, merged: Arc<Merged>, 
         tokio::time::sleep(work_time).await; // the "work"
         // Without `done` this key would stay "being worked on" forever, and
         // every later change to the pod would park behind it (chapter 4's
-        // `--pitfall forget-done` shows that).
+        // `--pitfall never-done` shows that).
         queue.done(&key);
         println!("worker: done {key}");
     }

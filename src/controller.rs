@@ -181,8 +181,10 @@ impl Controller {
     /// Between keys it gives the runtime a chance to run something else. On
     /// one thread, a worker with a long queue would otherwise never let the
     /// watch have a turn: `get` is ready at once while keys wait, and a sync
-    /// never has to wait for anything, so nothing else would run until the
-    /// queue is empty. `consume_budget` counts against tokio's cooperative
+    /// usually has nothing to wait for (it reads the cache and writes a line;
+    /// only a pod that left `--selector` makes it ask the server, with one
+    /// LIST, and a stdout nobody reads blocks its line), so nothing else would
+    /// run until the queue is empty. `consume_budget` counts against tokio's cooperative
     /// budget and yields once it is spent (every 128 keys or so), so the
     /// turn comes within milliseconds without paying for a yield per key.
     async fn run_worker(self: Arc<Self>) {

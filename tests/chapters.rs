@@ -339,14 +339,14 @@ async fn ch4_label_then_another_pod(pitfall: &[&str]) -> (String, Vec<String>) {
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
-async fn chapter4_pitfall_forget_done_loses_every_later_change_to_the_pod() {
+async fn chapter4_pitfall_never_done_loses_every_later_change_to_the_pod() {
     let (ns, out) = ch4_label_then_another_pod(&[]).await;
     let mut expected = ch4_start(0);
     expected.extend([format!("onAdd: {ns}/p"), format!("onUpdate: {ns}/p"), format!("onAdd: {ns}/q")]);
     expected.extend(ch4_stop());
     assert_eq!(out, expected);
 
-    let (ns, out) = ch4_label_then_another_pod(&["--pitfall", "forget-done"]).await;
+    let (ns, out) = ch4_label_then_another_pod(&["--pitfall", "never-done"]).await;
     let mut expected = ch4_start(0);
     // `onUpdate: p` is missing: `p` was never marked done, so its label
     // change is parked behind it forever.
@@ -370,7 +370,7 @@ async fn chapter4_pitfall_act_on_event_logs_a_new_pod_as_an_update() {
     expected.push(format!("onAdd: {ns}/old"));
     // Wrong: `new` was just created. kube's Apply does not say "added", so a
     // handler that names the event guesses; the state comparison (without
-    // the pitfall: `onAdd: new`, see the forget-done test) cannot be fooled.
+    // the pitfall: `onAdd: new`, see the never-done test) cannot be fooled.
     expected.push(format!("onUpdate: {ns}/new"));
     expected.extend(ch4_stop());
     assert_eq!(out, expected);
@@ -455,7 +455,8 @@ async fn chapter1_watch_relists_after_410_gone_and_a_missed_delete_shows_only_th
             &format!("InitApply: {ns}/kept rv=N (one pod of the list)"),
             done,
             // No Delete and no Apply for what happened while we were away:
-            // the relist is the only place they show. `gone` is simply missing.
+            // the watch could not resume (410 Gone), so the relist is where they
+            // show. `gone` is simply missing.
             init,
             &format!("InitApply: {ns}/kept rv=N (one pod of the list)"),
             done,
