@@ -6,7 +6,7 @@ NODE_DIR ?= target/local-node
 KUBECTL ?= kubectl
 ARGS ?=
 
-.PHONY: build run demo test lint image push deploy undeploy cluster-up cluster-down bench node-up node-down node-test
+.PHONY: build run demo test lint book book-serve book-check image push deploy undeploy cluster-up cluster-down bench node-up node-down node-test
 
 build: ## Build the release binary
 	cargo build --release --locked
@@ -17,8 +17,17 @@ run: ## Run against the current kubeconfig context (pass flags with ARGS="-n def
 demo: ## No cluster? Start a local one, show onAdd/onUpdate/onDelete, clean up
 	bash cluster/demo.sh
 
-test: lint ## Lint, then every unit and end-to-end test against a real local control plane
+test: lint book-check ## Lint, build the book (warnings are errors), then every unit and end-to-end test against a real local control plane
 	bash cluster/test.sh
+
+book: ## Build the book into book/book/ (mdbook, pinned, installed on first use by book/mdbook.sh)
+	bash book/mdbook.sh build book
+
+book-serve: ## Serve the book at http://localhost:3000, rebuilt on every change
+	bash book/mdbook.sh serve book
+
+book-check: ## Build the book, failing on a warning or an {{#include}} that does not resolve
+	bash book/check.sh
 
 lint: ## cargo fmt --check and clippy with warnings as errors (the bench harness too)
 	cargo fmt --all -- --check

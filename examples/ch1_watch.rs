@@ -22,7 +22,8 @@
 //! - `Init`, then one `InitApply` per listed pod, then `InitDone`: a full list.
 //!   This happens at start-up *and again* whenever the watch cannot resume
 //!   (the server answers 410 Gone because the resourceVersion we hold is too
-//!   old). A relist is how a controller catches up with what it missed.
+//!   old). A watch that resumes gets the changes it missed as ordinary
+//!   events; after a 410 the relist is how a controller catches up.
 //! - `Apply`: a pod was created *or* changed. kube has no separate "added":
 //!   the event does not say which one, and carries no old object.
 //! - `Delete`: a pod is gone, with its final state.
@@ -74,6 +75,7 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     };
     println!("chapter 1: every event kube's watcher yields for pods, with its resourceVersion (Ctrl-C stops)");
 
+    // ANCHOR: watch
     // Nothing is listed or watched until the stream is polled. The backoff
     // spaces out retries after an error instead of hammering the server (it
     // is good enough here; src/informer.rs `Backoff` says where it falls
@@ -103,8 +105,10 @@ async fn run(args: Args) -> Result<(), kube::Error> {
             None => return Ok(()),
         }
     }
+    // ANCHOR_END: watch
 }
 
+// ANCHOR: describe
 /// One line per event: its kind, the pod's `namespace/name`, its
 /// resourceVersion, and what the event means for an informer.
 fn describe(event: &Event<Pod>) -> String {
@@ -120,3 +124,4 @@ fn describe(event: &Event<Pod>) -> String {
         Event::Delete(p) => format!("Delete: {} (its final state)", pod(p)),
     }
 }
+// ANCHOR_END: describe

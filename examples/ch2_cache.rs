@@ -22,8 +22,9 @@
 //! A controller that asked the server for every key would send the API
 //! server one GET per change per pod, for the same answer a few milliseconds
 //! older. The cache can be a little behind the server, never inconsistent
-//! with the events we have seen, and every event arrives after the store
-//! holds it.
+//! with the events we have seen. An `Apply` or `Delete` arrives after the
+//! store holds it; an `InitApply` arrives before (the store takes the list at
+//! `InitDone`), at start-up and in every relist.
 
 use std::process::ExitCode;
 
@@ -66,6 +67,7 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     };
     println!("chapter 2: the same events, written into a cache (a reflector Store) and read back by key");
 
+    // ANCHOR: store
     // `store` is the read handle (cheap to clone, for everyone who reads);
     // `writer` is the one write handle, given to `reflect`, which applies
     // every event to the store *before* passing it on.
@@ -99,8 +101,10 @@ async fn run(args: Args) -> Result<(), kube::Error> {
             None => return Ok(()),
         }
     }
+    // ANCHOR_END: store
 }
 
+// ANCHOR: after
 /// The event, and what the store holds for its pod right after it.
 fn after(event: &Event<Pod>, store: &Store<Pod>) -> String {
     match event {
@@ -122,6 +126,7 @@ fn lookup(store: &Store<Pod>, key: &Key) -> String {
         None => "not there".into(),
     }
 }
+// ANCHOR_END: after
 
 /// Every key in the cache, sorted, for one readable line.
 fn keys(store: &Store<Pod>) -> String {

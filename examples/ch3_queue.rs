@@ -107,6 +107,7 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     Ok(())
 }
 
+// ANCHOR: handle
 /// The event handlers: one key per change. The keys of a list are queued at
 /// `InitDone`, when the store holds the list (chapter 2 showed why).
 fn handle(event: &Event<Pod>, store: &Store<Pod>, queue: &Queue<Key>, merged: &Merged) {
@@ -131,7 +132,9 @@ fn handle(event: &Event<Pod>, store: &Store<Pod>, queue: &Queue<Key>, merged: &M
         }
     }
 }
+// ANCHOR_END: handle
 
+// ANCHOR: worker
 /// One worker: take a key, read the pod's newest state from the cache, work,
 /// and tell the queue it is done with the key.
 async fn worker(queue: Arc<Queue<Key>>, store: Store<Pod>, merged: Arc<Merged>, work_time: Duration) {
@@ -145,8 +148,9 @@ async fn worker(queue: Arc<Queue<Key>>, store: Store<Pod>, merged: Arc<Merged>, 
         tokio::time::sleep(work_time).await; // the "work"
         // Without `done` this key would stay "being worked on" forever, and
         // every later change to the pod would park behind it (chapter 4's
-        // `--pitfall forget-done` shows that).
+        // `--pitfall never-done` shows that).
         queue.done(&key);
         println!("worker: done {key}");
     }
 }
+// ANCHOR_END: worker

@@ -2,7 +2,7 @@
 //!
 //! ```sh
 //! cargo run --example ch4_controller -- -n default
-//! cargo run --example ch4_controller -- -n default --pitfall forget-done   # put a mistake back
+//! cargo run --example ch4_controller -- -n default --pitfall never-done   # put a mistake back
 //! ```
 //!
 //! Chapters 1 to 3 put together, in the shape of kubernetes/sample-controller
@@ -16,9 +16,11 @@
 //!    cache now vs last synced -> onAdd / onUpdate / onDelete   Controller::sync_handler
 //! ```
 //!
-//! It is deliberately minimal, but never wrong in what it logs. The end of
-//! this file lists what it leaves out and where the full program (src/)
-//! handles each. `--pitfall NAME` puts back one classic mistake of the Go
+//! It is deliberately minimal, and it misses what its closing list names
+//! (a pod deleted while the watch was down, a pod created and deleted
+//! between two syncs; it also keeps `last_synced` entries of pods deleted
+//! while the watch was down). The end of this file lists what it leaves out
+//! and where the full program (src/) handles each. `--pitfall NAME` puts back one classic mistake of the Go
 //! seeds, so you can watch which line goes missing or appears wrongly.
 
 use std::collections::HashMap;
@@ -56,7 +58,7 @@ struct Args {
 #[derive(Clone, Copy, PartialEq, ValueEnum)]
 enum Pitfall {
     /// Never call `done`: the key stays "being worked on" and later changes park behind it forever
-    ForgetDone,
+    NeverDone,
     /// Queue each listed pod as it arrives and start the worker without waiting for the cache to sync
     NoCacheSync,
     /// Log every synced pod as updated, even when a resync brought it back unchanged
@@ -89,7 +91,8 @@ struct Controller {
 // is plenty for a logger, and it makes `--pitfall no-cache-sync` repeatable:
 // with `--page-size 1`, the worker runs between two pages of the first list,
 // reads a store that does not hold the list yet (it swaps at InitDone), finds
-// nothing and logs nothing; only the pods of the last page get their onAdd.
+// nothing and logs nothing; only the pods of the last page get their onAdd,
+// until the first resync queues every key again from the filled store.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     match run(Args::parse()).await {
@@ -101,6 +104,7 @@ async fn main() -> ExitCode {
     }
 }
 
+// ANCHOR: run
 /// Run: start the watch, wait for the cache to sync, start the resync timer
 /// and the worker, and on Ctrl-C or SIGTERM shut down in order.
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
@@ -152,8 +156,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("shutdown complete");
     Ok(())
 }
+// ANCHOR_END: run
 
 impl Controller {
+    // ANCHOR: on_event
     /// The informer: list + watch into the store, and every change to a key.
     /// Watch errors are logged and retried, never fatal.
     async fn watch(
@@ -202,7 +208,9 @@ impl Controller {
         }
         self.queue.add(key);
     }
+    // ANCHOR_END: on_event
 
+    // ANCHOR: resync
     /// Resync: every period, queue every key *in the cache* again. It never
     /// asks the server, so it cannot catch a change the watch missed (the
     /// relist after a 410 does that). It is for controllers whose actions on
@@ -222,7 +230,9 @@ impl Controller {
             }
         }
     }
+    // ANCHOR_END: resync
 
+    // ANCHOR: worker
     /// runWorker: process keys until the queue is shut down and drained.
     async fn run_worker(self: Arc<Self>) {
         while self.process_next_work_item().await {}
@@ -240,12 +250,14 @@ impl Controller {
         self.queue.forget(&key);
         // Done: the queue may hand this key out again (and will, if it
         // changed meanwhile).
-        if self.pitfall != Some(Pitfall::ForgetDone) {
+        if self.pitfall != Some(Pitfall::NeverDone) {
             self.queue.done(&key);
         }
         true
     }
+    // ANCHOR_END: worker
 
+    // ANCHOR: sync_handler
     /// syncHandler: compare the pod in the cache now with the state at the
     /// last sync, and log the difference. It never trusts the event that
     /// queued the key: dedup merges events, a resync replays them, and kube's
@@ -281,6 +293,7 @@ impl Controller {
             println!("{line}: {key}");
         }
     }
+    // ANCHOR_END: sync_handler
 }
 
 /// Locks a map. A poisoned lock (a panic while it was held) still holds a
@@ -304,6 +317,7 @@ async fn on_signal(shutdown: CancellationToken) {
     shutdown.cancel();
 }
 
+// ANCHOR: left_out
 // What this chapter leaves out, and where the full program handles it:
 //
 // - Pods deleted while the watch was down: after a relist the store drops
@@ -330,7 +344,10 @@ async fn on_signal(shutdown: CancellationToken) {
 //   `Cache::commit`), so a retried sync still logs the onDelete.
 // - A network path that accepts and never answers: src/client.rs
 //   `READ_TIMEOUT` and src/informer.rs `WATCH_TIMEOUT_SECS` abandon a silent
-//   request and retry it; this chapter would wait forever.
+//   request and retry it. Here a LIST, or the request that opens a watch,
+//   would wait forever (kube-client 5 sets no read timeout), and a silent
+//   open watch is dropped only after kube's idle timeout: the watch timeout
+//   (290 s by default) plus 5 s.
 // - A pod relabelled out of a --selector, which the server reports as
 //   DELETED: src/informer.rs `Cache::left_selector`, src/worker.rs
 //   `Worker::sync` log it with reason="no longer matches the selector".
@@ -338,3 +355,4 @@ async fn on_signal(shutdown: CancellationToken) {
 //   them: src/informer.rs `run`.
 // - Readiness and liveness probes and metrics: src/probes.rs, src/metrics.rs.
 // - Clear errors for a bad kubeconfig or selector: src/client.rs.
+// ANCHOR_END: left_out

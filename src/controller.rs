@@ -75,6 +75,7 @@ impl Controller {
         self.queue.clone()
     }
 
+    // ANCHOR: run
     /// Runs until `shutdown` is cancelled, then drains and says how that went.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Stopped {
         // 1. Start the informer. Nothing is listed or watched until its future
@@ -148,6 +149,7 @@ impl Controller {
             Stopped::Drained
         }
     }
+    // ANCHOR_END: run
 
     /// The resync period: queue every key of the *cache* again.
     ///
@@ -179,8 +181,10 @@ impl Controller {
     /// Between keys it gives the runtime a chance to run something else. On
     /// one thread, a worker with a long queue would otherwise never let the
     /// watch have a turn: `get` is ready at once while keys wait, and a sync
-    /// never has to wait for anything, so nothing else would run until the
-    /// queue is empty. `consume_budget` counts against tokio's cooperative
+    /// usually has nothing to wait for (it reads the cache and writes a line;
+    /// only a pod that left `--selector` makes it ask the server, with one
+    /// LIST, and a stdout nobody reads blocks its line), so nothing else would
+    /// run until the queue is empty. `consume_budget` counts against tokio's cooperative
     /// budget and yields once it is spent (every 128 keys or so), so the
     /// turn comes within milliseconds without paying for a yield per key.
     async fn run_worker(self: Arc<Self>) {
@@ -190,6 +194,7 @@ impl Controller {
         }
     }
 
+    // ANCHOR: process
     /// processNextWorkItem: take one key, sync it, and tell the queue how it
     /// went. Every path ends in `done`, or the key would be stuck forever.
     ///
@@ -230,6 +235,7 @@ impl Controller {
         self.queue.done(&key);
         true
     }
+    // ANCHOR_END: process
 
     /// syncHandler: the worker's read -> act -> commit for one key (see worker.rs).
     async fn sync_handler(&self, key: &Key) -> Result<(), SyncError> {

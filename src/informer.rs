@@ -130,6 +130,7 @@ impl Cache {
         Ok(now.items.iter().any(|now| now.uid() == pod.uid()))
     }
 
+    // ANCHOR: apply
     /// The event handlers: apply one watcher event to the store and return the
     /// keys that need a sync.
     pub fn apply(&self, event: Event<Pod>) -> Vec<Key> {
@@ -196,6 +197,7 @@ impl Cache {
             }
         }
     }
+    // ANCHOR_END: apply
 
     /// Everything the worker needs for `key`. Takes nothing: see [`commit`].
     ///

@@ -40,6 +40,7 @@ const EXIT_UNSYNCED: u8 = 3;
 ///
 /// Signals, probes and metrics run on a second, small thread (signals.rs), so
 /// they answer even while this one is blocked writing into a full stdout.
+// ANCHOR: main
 fn main() -> ExitCode {
     let args = Args::parse_or_exit();
     logging::init(args.log_format);
@@ -71,6 +72,7 @@ fn main() -> ExitCode {
         }
     })
 }
+// ANCHOR_END: main
 
 /// Start-up: client, selector check, probes. A fatal problem is one line on
 /// stderr and exit code 1.

@@ -187,6 +187,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
         total
     }
 
+    // ANCHOR: get_done
     /// Waits for a key and hands it to the caller, who must call [`Queue::done`]
     /// with it afterwards. Returns `None` once the queue is shut down and empty.
     pub async fn get(&self) -> Option<T> {
@@ -233,6 +234,7 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
             self.wake(1, parked);
         }
     }
+    // ANCHOR_END: get_done
 
     /// Adds `key` once `delay` has passed: client-go's `AddAfter`.
     ///

@@ -2,7 +2,7 @@
 //!
 //! The queue only says "something about `namespace/name` may have changed".
 //! The worker is *level-driven*: it compares the pod in the cache now with the
-//! pod it last logged for that key, and logs the difference. It never trusts
+//! pod it last synced for that key, and logs the difference. It never trusts
 //! an event's kind (add, update, delete), because dedup merges events and a
 //! relist or resync replays them; a comparison of states is always right.
 
@@ -24,7 +24,8 @@ pub enum Change {
     Delete(PodState),
 }
 
-/// The decision, as a pure function: given what we last logged for a key, the
+// ANCHOR: decide
+/// The decision, as a pure function: given what we last synced for a key, the
 /// final states of pods that have left the cache since (tombstones), and what
 /// the cache holds now, say what happened, oldest first.
 pub fn decide(last: Option<&PodState>, tombstones: &[PodState], current: Option<&PodState>) -> Vec<Change> {
@@ -62,6 +63,7 @@ pub fn decide(last: Option<&PodState>, tombstones: &[PodState], current: Option<
     }
     changes
 }
+// ANCHOR_END: decide
 
 /// One change as the sync logged it.
 #[derive(Clone, Debug, PartialEq)]
@@ -84,10 +86,11 @@ pub enum SyncError {
     Injected(#[from] crate::faults::Injected),
 }
 
-/// The syncHandler's state: the cache to read and what was last logged.
+/// The syncHandler's state: the cache to read and what was last synced.
 pub struct Worker {
     cache: Arc<Cache>,
-    /// What we last logged per key. Workers share it, yet two never touch one
+    /// What we last synced per key (logged, or with `--skip-existing` only
+    /// remembered for the pods of the first list). Workers share it, yet two never touch one
     /// key at once (the queue guarantees that), so a plain std mutex held for
     /// a lookup is all the coordination needed.
     last: Mutex<HashMap<Key, PodState>>,
