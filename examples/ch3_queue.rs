@@ -99,9 +99,15 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     // Shutdown: no more keys come in; the worker finishes what is queued and
     // then `get` returns None.
     queue.shut_down();
-    println!("shutting down: {} keys left to drain", queue.len());
-    if let Err(err) = worker.await {
-        println!("the worker failed: {err}");
+    println!("shutting down: {} keys left to drain (Ctrl-C again to exit at once)", queue.len());
+    tokio::select! {
+        result = worker => if let Err(err) = result {
+            println!("the worker failed: {err}");
+        },
+        _ = tokio::signal::ctrl_c() => {
+            println!("Ctrl-C again: exiting at once, {} keys not drained", queue.len());
+            std::process::exit(130);
+        }
     }
     println!("shutdown complete");
     Ok(())

@@ -59,8 +59,9 @@ struct Args {
 enum Pitfall {
     /// Never call `done`: the key stays "being worked on" and later changes park behind it forever
     NeverDone,
-    /// Queue each listed pod as it arrives and start the worker without waiting for the cache to sync
-    NoCacheSync,
+    /// Queue each listed pod as it arrives (InitApply), before kube's store holds the list, and start the worker
+    /// without waiting: the worker finds no pod and logs no onAdd for them, until the first resync
+    QueueAtInitApply,
     /// Log every synced pod as updated, even when a resync brought it back unchanged
     LogEveryResync,
     /// Log what the event that queued the key says, instead of comparing states
@@ -88,7 +89,7 @@ struct Controller {
 }
 
 // One thread: the worker runs whenever the watch waits for the server. That
-// is plenty for a logger, and it makes `--pitfall no-cache-sync` repeatable:
+// is plenty for a logger, and it makes `--pitfall queue-at-init-apply` repeatable:
 // with `--page-size 1`, the worker runs between two pages of the first list,
 // reads a store that does not hold the list yet (it swaps at InitDone), finds
 // nothing and logs nothing; only the pods of the last page get their onAdd,
@@ -129,9 +130,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // worker before the cache has synced, wait or no wait. The wait keeps
     // what reads the store without a key (the resync timer here, a lister
     // in a bigger controller) from acting on a cache that is still empty,
-    // and says when we are ready. `--pitfall no-cache-sync` shows what goes
-    // wrong when keys come per listed pod and nothing waits.
-    if pitfall != Some(Pitfall::NoCacheSync) {
+    // and says when we are ready. `--pitfall queue-at-init-apply` shows what
+    // kube's store does to keys queued per listed pod when nothing waits
+    // (client-go's indexer holds each object before AddFunc runs; kube's
+    // swaps the whole list in at InitDone).
+    if pitfall != Some(Pitfall::QueueAtInitApply) {
         println!("waiting for the cache to sync");
         tokio::select! {
             result = ctl.store.wait_until_ready() => result?,
@@ -190,8 +193,10 @@ impl Controller {
         match event {
             Event::Apply(pod) => self.enqueue(Key::of(pod), "onUpdate"),
             Event::Delete(pod) => self.enqueue(Key::of(pod), "onDelete"),
-            Event::InitApply(pod) if self.pitfall == Some(Pitfall::NoCacheSync) => self.enqueue(Key::of(pod), "onAdd"),
-            Event::InitDone if self.pitfall != Some(Pitfall::NoCacheSync) => {
+            Event::InitApply(pod) if self.pitfall == Some(Pitfall::QueueAtInitApply) => {
+                self.enqueue(Key::of(pod), "onAdd")
+            }
+            Event::InitDone if self.pitfall != Some(Pitfall::QueueAtInitApply) => {
                 for pod in self.store.state() {
                     self.enqueue(Key::of(&pod), "onAdd");
                 }
@@ -302,7 +307,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Cancels `shutdown` on the first Ctrl-C (SIGINT) or SIGTERM.
+/// Cancels `shutdown` on the first Ctrl-C (SIGINT) or SIGTERM; exits at once
+/// on a second one, for when the drain takes longer than you want to wait.
 async fn on_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
@@ -313,8 +319,14 @@ async fn on_signal(shutdown: CancellationToken) {
         _ = int.recv() => "SIGINT",
         _ = term.recv() => "SIGTERM",
     };
-    println!("received {name}: shutting down");
+    println!("received {name}: shutting down (send it again to exit at once)");
     shutdown.cancel();
+    let (name, code) = tokio::select! {
+        _ = int.recv() => ("SIGINT", 130),
+        _ = term.recv() => ("SIGTERM", 143),
+    };
+    println!("received {name} again: exiting at once");
+    std::process::exit(code);
 }
 
 // ANCHOR: left_out
@@ -337,8 +349,9 @@ async fn on_signal(shutdown: CancellationToken) {
 //   seam, src/faults.rs, makes a sync fail.)
 // - A watch backoff that grows while a LIST keeps failing (kube's resets at
 //   every `Init`): src/informer.rs `Backoff`, `run`.
-// - Several workers, a drain with a time limit, a second signal to exit at
-//   once: src/controller.rs `Controller::run`, src/main.rs `handle_signals`.
+// - Several workers and a drain with a time limit: src/controller.rs
+//   `Controller::run`. Signals heard on a thread of their own, so a second
+//   one exits even while stdout is blocked: src/signals.rs.
 // - A sync that fails half-way losing what it read: src/worker.rs
 //   `Worker::sync` reads, acts, and only then commits (src/informer.rs
 //   `Cache::commit`), so a retried sync still logs the onDelete.

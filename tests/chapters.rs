@@ -221,11 +221,41 @@ async fn chapter3_queue_merges_ten_changes_into_one_sync_of_the_newest_state() {
         format!("worker: done {ns}/p"),
         format!("worker: {ns}/p rv=N (events since it was last taken: 10)"),
         format!("worker: done {ns}/p"),
-        "shutting down: 0 keys left to drain".into(),
+        "shutting down: 0 keys left to drain (Ctrl-C again to exit at once)".into(),
         "shutdown complete".into(),
     ]);
     assert_eq!(out, expected);
     book_output("ch3_queue", &ns, &out);
+}
+
+/// Sends `signal` twice, the second once the drain has begun, and returns
+/// the exit code and the output.
+async fn stop_twice(mut chapter: Logger, signal: &str, draining: &str) -> (Option<i32>, Vec<String>) {
+    chapter.signal(signal);
+    wait_line(&chapter, draining, 1).await;
+    chapter.signal(signal);
+    let status = chapter.wait_exit(T).await;
+    (status.code(), output(&chapter))
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn chapter3_a_second_ctrl_c_exits_at_once_without_draining() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "ch3-twice").await;
+    for name in ["a", "b", "c"] {
+        create(&c.client, &ns, name, &[]).await;
+    }
+    // 60 s of work per key: draining three would take minutes.
+    let ch = start("ch3_queue", &c, &["-n", &ns, "--work-time", "60s"]);
+    let start = std::time::Instant::now();
+    while !output(&ch).iter().any(|l| l.starts_with(&format!("worker: {ns}/"))) {
+        assert!(start.elapsed() < T, "no key taken\n{:#?}", output(&ch));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, out) = stop_twice(ch, "INT", "shutting down: 2 keys left to drain (Ctrl-C again to exit at once)").await;
+    assert_eq!(code, Some(130), "{out:#?}");
+    assert_eq!(out.last().map(String::as_str), Some("Ctrl-C again: exiting at once, 2 keys not drained"));
 }
 
 /// The first lines of chapter 4 when it waits for the cache.
@@ -241,7 +271,7 @@ fn ch4_start(pods: usize) -> Vec<String> {
 /// Its last lines after SIGTERM.
 fn ch4_stop() -> Vec<String> {
     vec![
-        "received SIGTERM: shutting down".into(),
+        "received SIGTERM: shutting down (send it again to exit at once)".into(),
         "shutting down: watch stopped, 0 keys left to drain".into(),
         "shutdown complete".into(),
     ]
@@ -376,42 +406,58 @@ async fn chapter4_pitfall_act_on_event_logs_a_new_pod_as_an_update() {
     assert_eq!(out, expected);
 }
 
-/// Chapter 4 on a namespace of three pods, listed one per page.
+/// Chapter 4 on a namespace of three pods, listed one per page, with a
+/// resync every 2 s; stopped once `a`'s onAdd and a resync line are out.
 async fn ch4_three_pods_in_pages(pitfall: &[&str]) -> (String, Vec<String>) {
     let c = cluster().await;
     let ns = namespace(&c.client, "ch4-sync").await;
     for name in ["a", "b", "c"] {
         create(&c.client, &ns, name, &[]).await;
     }
-    let ch = start("ch4_controller", &c, &[&["-n", &ns, "--page-size", "1"], pitfall].concat());
-    wait_line(&ch, &format!("onAdd: {ns}/c"), 1).await;
-    // The time a worker would need to log a line for `a` or `b`.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let args = [&["-n", &ns, "--page-size", "1", "--resync", "2s"], pitfall].concat();
+    let ch = start("ch4_controller", &c, &args);
+    wait_line(&ch, "resync: queueing every pod in the cache (pods: 3)", 1).await;
+    wait_line(&ch, &format!("onAdd: {ns}/a"), 1).await;
     (ns.clone(), stop(ch, "TERM").await)
+}
+
+/// The lines of `out` that name a pod, or that say a resync ran.
+fn adds_and_resyncs(out: &[String]) -> Vec<String> {
+    out.iter().filter(|l| l.starts_with("onAdd: ") || l.starts_with("resync: ")).cloned().collect()
 }
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
-async fn chapter4_pitfall_no_cache_sync_loses_the_add_of_pods_listed_before_the_last_page() {
+async fn chapter4_pitfall_queue_at_init_apply_loses_the_add_of_listed_pods_until_the_first_resync() {
+    // Without it: every listed pod's onAdd comes with the list, before any resync.
     let (ns, out) = ch4_three_pods_in_pages(&[]).await;
-    let (start, rest) = out.split_at(4.min(out.len()));
-    assert_eq!(start, ch4_start(3));
-    let mut adds: Vec<String> = rest[..rest.len().saturating_sub(3)].to_vec();
+    assert_eq!(out[..4], ch4_start(3));
+    let lines = adds_and_resyncs(&out);
+    let mut adds = lines[..3].to_vec();
     adds.sort(); // the keys of one list are queued in the store's order
-    assert_eq!(adds, [format!("onAdd: {ns}/a"), format!("onAdd: {ns}/b"), format!("onAdd: {ns}/c")]);
-    assert_eq!(rest[rest.len() - 3..], ch4_stop());
+    assert_eq!(adds, [format!("onAdd: {ns}/a"), format!("onAdd: {ns}/b"), format!("onAdd: {ns}/c")], "{out:#?}");
+    assert!(lines[3..].iter().all(|l| l.starts_with("resync: ")), "{out:#?}");
 
-    let (ns, out) = ch4_three_pods_in_pages(&["--pitfall", "no-cache-sync"]).await;
-    let mut expected = vec![
-        "chapter 4: a pod controller: watch -> cache -> queue -> worker -> onAdd/onUpdate/onDelete".to_string(),
-        // The worker starts at once: no "waiting" and no "cache synced" line.
-        "worker started".into(),
-        // `onAdd: a` and `onAdd: b` are missing: their keys were taken between
-        // two pages, when the store did not hold the list yet.
-        format!("onAdd: {ns}/c"),
-    ];
-    expected.extend(ch4_stop());
-    assert_eq!(out, expected);
+    let (ns, out) = ch4_three_pods_in_pages(&["--pitfall", "queue-at-init-apply"]).await;
+    assert_eq!(
+        out[..2],
+        [
+            "chapter 4: a pod controller: watch -> cache -> queue -> worker -> onAdd/onUpdate/onDelete".to_string(),
+            // The worker starts at once: no "waiting" and no "cache synced" line.
+            "worker started".into(),
+        ]
+    );
+    let lines = adds_and_resyncs(&out);
+    // `a` and `b` were taken between two pages, when the store did not hold
+    // the list yet: no onAdd for them with the list. Only `c` (the last
+    // page, queued after the store swapped the list in) has one...
+    assert_eq!(lines[0], format!("onAdd: {ns}/c"), "{out:#?}");
+    assert_eq!(lines[1], "resync: queueing every pod in the cache (pods: 3)", "{out:#?}");
+    // ... until the first resync queues every key again from the filled store.
+    let mut late = lines[2..4].to_vec();
+    late.sort();
+    assert_eq!(late, [format!("onAdd: {ns}/a"), format!("onAdd: {ns}/b")], "{out:#?}");
+    assert_eq!(out[out.len() - 3..], ch4_stop());
 }
 
 #[ignore = "needs the local control plane: run `make test`"]
