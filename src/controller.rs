@@ -244,8 +244,10 @@ impl Controller {
 }
 
 /// The resync timer: its first tick one period after start, then every
-/// period. After a long pause (a suspended process or machine, a starved
-/// runtime) the missed ticks are not fired in a burst: one resync runs, and
+/// period. After a long pause (a stopped process, Ctrl-Z or SIGSTOP, or a
+/// starved runtime; a suspended machine's monotonic clock stops too, so its
+/// sleep misses no tick) the missed ticks are not fired in a burst: one
+/// resync runs, and
 /// the next is a full period after it (tokio's `MissedTickBehavior::Delay`;
 /// the default, `Burst`, would queue every pod once per missed period).
 pub fn resync_timer(period: Duration) -> tokio::time::Interval {

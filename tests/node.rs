@@ -735,8 +735,8 @@ async fn node_running_leaves_the_hosts_sysctls_firewall_and_mounts_as_they_were(
         assert!(!new.is_empty() && new.iter().all(|l| l.contains("dcn-host0")), "{name} new on the host: {new:?}");
     }
     // Yet the kubelet did write kernel.panic, into the node's mask (a file
-    // of its directory mounted over the sysctl), and the node has its own
-    // forwarding and kube-proxy's rules.
+    // of its directory mounted over the sysctl), and the node has firewall
+    // rules of its own: its forward guard and kube-proxy's.
     let dir = node_dir();
     let exec = |args: &[&str]| {
         let mut all = vec!["cluster/node/exec.sh", "--dir", dir.to_str().unwrap(), "--"];
@@ -749,7 +749,8 @@ async fn node_running_leaves_the_hosts_sysctls_firewall_and_mounts_as_they_were(
         assert!(mount.contains(&format!("/sysctl/{}", sysctl.replace('/', "."))), "{path} not masked: {mount:?}");
     }
     assert_eq!(std::fs::read_to_string(in_node("/proc/sys/kernel/panic")).unwrap().trim(), "10");
-    assert_eq!(exec(&["cat", "/proc/sys/net/ipv4/ip_forward"]).trim(), "1");
+    let forward = exec(&["iptables", "-w", "-S", "FORWARD"]);
+    assert!(forward.contains("demo-controller node: pods never reach the host"), "{forward}");
     assert!(exec(&["iptables", "-w", "-t", "nat", "-S"]).contains("KUBE-SERVICES"));
 }
 

@@ -53,7 +53,7 @@ echo "## modules"
 # Loaded kernel modules: the kernel may load some the first time any node
 # runs (bridge, veth, overlay, netfilter); they stay, as with any container
 # runtime, so this section is shown, not compared.
-awk '{ print $1 }' /proc/modules | sort
+if [[ -r /proc/modules ]]; then awk '{ print $1 }' /proc/modules | sort; else echo "(no loadable modules: this kernel has none)"; fi
 echo "## processes"
 # (process names as the kernel keeps them: 15 characters)
 for n in kubelet containerd containerd-shim kube-proxy kube-scheduler kube-controller kube-apiserver etcd; do

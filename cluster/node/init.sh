@@ -183,13 +183,15 @@ log "images imported ($(secs))"
 
 # --- The control-plane controllers -------------------------------------------------------
 # --secure-port=0: they serve nothing; --leader-elect=false: there is one of each.
+# --flex-volume-plugin-dir: the controller-manager makes it on start (by
+# default under /usr/libexec, on the host), as the kubelet does its own.
 launch kube-scheduler "$bin/kube-scheduler" --kubeconfig="$dir/kube-scheduler.kubeconfig" \
 	--leader-elect=false --secure-port=0
 launch kube-controller-manager "$bin/kube-controller-manager" --kubeconfig="$dir/kube-controller-manager.kubeconfig" \
 	--leader-elect=false --secure-port=0 --use-service-account-credentials \
 	--service-account-private-key-file="$plane/pki/sa.key" --root-ca-file="$plane/pki/ca.crt" \
 	--cluster-signing-cert-file="$plane/pki/ca.crt" --cluster-signing-key-file="$plane/pki/ca.key" \
-	--controllers='*' --node-monitor-grace-period=20s
+	--controllers='*' --node-monitor-grace-period=20s --flex-volume-plugin-dir="$dir/volume-plugins"
 
 # --- kubelet ---------------------------------------------------------------------------------
 # cgroupRoot: every pod under the node's own cgroup. volumePluginDir: the
