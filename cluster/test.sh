@@ -36,6 +36,18 @@ trap cleanup EXIT INT TERM
 bash cluster/up.sh --dir "$dir" >/dev/null
 export DEMO_CONTROLLER_TEST_CLUSTER=$dir
 cargo test --locked -- --include-ignored --skip node_ "$@"
+# The tests above read pods in protobuf (the default --wire). Those that
+# exercise the watch (relists after 410, restarts under churn, deletes missed
+# while away, selector exits, every e2e flow) run again on JSON, kube's own
+# watcher, so both wires stay proven. (Only in a full run: with name filters,
+# the filtered run above is what was asked for.)
+if (($# == 0)); then
+	export DEMO_CONTROLLER_WIRE=json
+	cargo test --locked --test e2e -- --include-ignored
+	cargo test --locked --test faults --test watch -- --include-ignored \
+		restarts_under_churn deletes_it_could_not_see relabelled_out_of_the_selector without_streaming_lists
+	unset DEMO_CONTROLLER_WIRE
+fi
 
 # --- The node tests: demo-controller as a pod on a real kubelet --------------
 # Root only (containerd, a kubelet, a bridge, iptables). Without root they are

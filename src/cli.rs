@@ -1,6 +1,7 @@
 //! Command-line flags. Every flag is checked here, before anything connects,
 //! so a typo costs one clear line instead of a confusing failure later.
 
+use crate::protobuf::watch::Wire;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -42,6 +43,11 @@ pub struct Args {
     /// are always paged)
     #[arg(long)]
     pub paged_list: bool,
+
+    /// The format pods are read in: protobuf, the API server's own (smaller, and half
+    /// the server's CPU to encode), or json. Where the server refuses protobuf: json
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = Wire::Protobuf, env = "DEMO_CONTROLLER_WIRE")]
+    pub wire: Wire,
 
     /// Log format: text for people, json (one object per line) for machines
     #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]

@@ -2,6 +2,7 @@
 //! kubernetes/sample-controller (`Run`, `runWorker`, `processNextWorkItem`,
 //! `syncHandler`), so a Go controller author finds each piece where expected.
 
+use crate::protobuf::watch::Wire;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,11 @@ pub struct Settings {
     /// again (`None`: never). See [`Controller::resync`].
     pub resync: Option<Duration>,
     pub skip_existing: bool,
+    /// The format the informer reads pods in (`--wire`; see protobuf/).
+    pub wire: Wire,
+    /// The media type protobuf is asked for under (None: the real one; the
+    /// fault seam's `protobuf-accept` sets another).
+    pub protobuf_accept: Option<String>,
     /// The test seam (see faults.rs); empty in normal runs.
     pub faults: Faults,
 }
@@ -83,6 +89,8 @@ impl Controller {
         let informer = tokio::spawn(informer::run(
             self.api.clone(),
             self.watch.clone(),
+            self.settings.wire,
+            self.settings.protobuf_accept.clone(),
             self.cache.clone(),
             self.queue.clone(),
             shutdown.clone(),

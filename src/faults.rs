@@ -13,7 +13,10 @@
 //!   cache (a backlog builds up);
 //! - `watch-timeout=DURATION`: the server closes each watch after this long
 //!   instead of informer::WATCH_TIMEOUT_SECS (50 s), so a test can make a
-//!   list outlast it without minutes of waiting.
+//!   list outlast it without minutes of waiting;
+//! - `protobuf-accept=MEDIA_TYPE`: ask for protobuf under this media type
+//!   instead of `application/vnd.kubernetes.protobuf`, so a test sees what
+//!   the logger does when a server refuses protobuf (406 Not Acceptable).
 //!
 //! It is a runtime switch rather than a cargo feature so the tests exercise
 //! the very binary that ships.
@@ -41,6 +44,8 @@ pub struct Faults {
     slow: Option<Duration>,
     /// The server-side watch timeout to ask for, in whole seconds.
     pub watch_timeout: Option<u32>,
+    /// The media type to ask protobuf under (see protobuf/watch.rs).
+    pub protobuf_accept: Option<String>,
 }
 
 impl Faults {
@@ -67,13 +72,14 @@ impl Faults {
                     faults.stall.get_mut().unwrap_or_else(|p| p.into_inner()).insert(key.to_string(), time);
                 }
                 Some(("slow", time)) => faults.slow = Some(duration(item, time)?),
+                Some(("protobuf-accept", media_type)) => faults.protobuf_accept = Some(media_type.to_string()),
                 Some(("watch-timeout", time)) => {
                     let secs = duration(item, time)?.as_secs().clamp(1, u64::from(u32::MAX));
                     faults.watch_timeout = u32::try_from(secs).ok();
                 }
                 _ => {
                     return Err(format!(
-                        "{ENV}: cannot parse '{item}': expected fail=NS/NAME, stall=NS/NAME[@DURATION], slow=DURATION or watch-timeout=DURATION"
+                        "{ENV}: cannot parse '{item}': expected fail=NS/NAME, stall=NS/NAME[@DURATION], slow=DURATION, watch-timeout=DURATION or protobuf-accept=MEDIA_TYPE"
                     ));
                 }
             }
@@ -151,7 +157,7 @@ mod tests {
     fn a_malformed_spec_is_refused() {
         assert_eq!(
             Faults::parse("explode=ns/x").unwrap_err(),
-            "DEMO_CONTROLLER_FAULTS: cannot parse 'explode=ns/x': expected fail=NS/NAME, stall=NS/NAME[@DURATION], slow=DURATION or watch-timeout=DURATION"
+            "DEMO_CONTROLLER_FAULTS: cannot parse 'explode=ns/x': expected fail=NS/NAME, stall=NS/NAME[@DURATION], slow=DURATION, watch-timeout=DURATION or protobuf-accept=MEDIA_TYPE"
         );
         assert!(
             Faults::parse("slow=fast").unwrap_err().starts_with("DEMO_CONTROLLER_FAULTS: cannot parse 'slow=fast': ")

@@ -9,6 +9,7 @@
 //! `InitDone`, and that is where we find the pods deleted while we were not
 //! watching.
 
+use crate::protobuf::{self, watch::Wire};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -278,6 +279,12 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// Runs the watch until `shutdown`: list, watch, relist on expiry, and hand
 /// every changed key to the queue.
 ///
+/// Pods are read in `wire`'s format: protobuf by default (protobuf/watch.rs,
+/// kube's watcher state machine over the API server's own encoding), or JSON
+/// through kube's watcher itself. The events are the same either way; a
+/// server that refuses protobuf (406, 415) is read as JSON from then on, with
+/// one line.
+///
 /// A watch error never ends the program: it is logged with the server's
 /// reason and retried after the reconnect backoff ([`Backoff`]). We back off
 /// ourselves, because kube's `default_backoff()` resets on every `Ok` and the
@@ -307,6 +314,8 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 pub async fn run(
     api: Api<Pod>,
     mut config: watcher::Config,
+    mut wire: Wire,
+    protobuf_accept: Option<String>,
     cache: Arc<Cache>,
     queue: Arc<Queue<Key>>,
     shutdown: CancellationToken,
@@ -323,7 +332,7 @@ pub async fn run(
     let mut list = ListProgress::default();
     loop {
         let streaming = config.initial_list_strategy == InitialListStrategy::StreamingList;
-        let mut events = std::pin::pin!(watcher::watcher(api.clone(), config.clone()));
+        let mut events = protobuf::watch::events(wire, protobuf_accept.as_deref(), api.clone(), config.clone());
         let delay = loop {
             let next = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -358,6 +367,12 @@ pub async fn run(
                     list.track(&event);
                     queue.add_all(cache.apply(event));
                     metrics::cache_pods(cache.store().len());
+                }
+                Some(Err(error)) if wire == Wire::Protobuf && protobuf::watch::refuses_protobuf(&error).is_some() => {
+                    let answer = protobuf::watch::refuses_protobuf(&error).unwrap_or_default();
+                    warn!("the API server refuses pods in protobuf ({answer}): reading them as JSON instead");
+                    wire = Wire::Json;
+                    break None;
                 }
                 Some(Err(error)) if streaming && refuses_streaming_lists(&error) => {
                     info!(

@@ -16,7 +16,8 @@
 //! describe (the words for what changed, as kubectl describe says it), cli
 //! (flags), client (kubeconfig and clear errors), logging, signals (and the
 //! side thread that hears them), probes (/readyz, /healthz), metrics
-//! (/metrics) and faults (the test seam).
+//! (/metrics), protobuf (pods in the API server's own format) and faults
+//! (the test seam).
 
 pub mod cli;
 pub mod client;
@@ -29,6 +30,7 @@ pub mod logging;
 pub mod metrics;
 pub mod pod;
 pub mod probes;
+pub mod protobuf;
 pub mod queue;
 pub mod signals;
 pub mod worker;

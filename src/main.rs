@@ -99,6 +99,8 @@ async fn start(args: &Args, side: &tokio::runtime::Handle) -> Result<std::sync::
         workers: args.workers,
         resync: Some(args.resync).filter(|d| !d.is_zero()),
         skip_existing: args.skip_existing,
+        wire: args.wire,
+        protobuf_accept: faults.protobuf_accept.clone(),
         faults,
     };
     info!(
@@ -106,6 +108,7 @@ async fn start(args: &Args, side: &tokio::runtime::Handle) -> Result<std::sync::
         selector = args.selector.as_deref().unwrap_or(""),
         resync = settings.resync.map_or("off".into(), |d| humantime::format_duration(d).to_string()),
         workers = settings.workers,
+        wire = %settings.wire,
         "demo-controller starting"
     );
     let controller = Controller::new(api, watch, settings);

@@ -240,6 +240,33 @@ pub enum Truth {
     Unknown,
 }
 
+impl Condition {
+    /// The condition a type name is, as serde reads it from JSON (for the
+    /// protobuf path, which reads the name as a string).
+    pub fn from_api(name: &str) -> Condition {
+        match name {
+            "PodScheduled" => Condition::PodScheduled,
+            "PodReadyToStartContainers" => Condition::PodReadyToStartContainers,
+            "Initialized" => Condition::Initialized,
+            "ContainersReady" => Condition::ContainersReady,
+            "Ready" => Condition::Ready,
+            "DisruptionTarget" => Condition::DisruptionTarget,
+            _ => Condition::Other,
+        }
+    }
+}
+
+impl Truth {
+    /// A condition's status, as serde reads it from JSON.
+    pub fn from_api(status: &str) -> Truth {
+        match status {
+            "True" => Truth::True,
+            "False" => Truth::False,
+            _ => Truth::Unknown,
+        }
+    }
+}
+
 /// Both print as the API spells them, which is their variants' names.
 impl std::fmt::Display for Condition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

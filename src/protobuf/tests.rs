@@ -1,0 +1,455 @@
+//! The decoder against k8s-pb (kube-rs's protobuf crate, generated from
+//! k8s.io/api's .proto files): the same bytes decoded by both must give the
+//! same pod. And a fuzz test: mutated bytes give errors, never a panic.
+
+use std::time::{Duration, Instant};
+
+use k8s_pb::api::core::v1 as pb;
+use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
+use k8s_pb::apimachinery::pkg::runtime as rt;
+
+use super::*;
+
+/// `k8s\0` + runtime.Unknown{kind, raw}, as the API server sends an object.
+fn envelope(kind: &str, raw: Vec<u8>) -> Bytes {
+    let unknown = rt::Unknown {
+        type_meta: Some(rt::TypeMeta { api_version: Some("v1".into()), kind: Some(kind.into()) }),
+        raw: Some(raw),
+        content_encoding: Some(String::new()),
+        content_type: Some(String::new()),
+    };
+    let mut out = MAGIC.to_vec();
+    out.extend(unknown.encode_to_vec());
+    Bytes::from(out)
+}
+
+fn time(seconds: i64) -> meta::Time {
+    meta::Time { seconds: Some(seconds), nanos: Some(0) }
+}
+
+fn container(
+    name: &str,
+    state: pb::ContainerState,
+    last: Option<pb::ContainerState>,
+    restarts: i32,
+) -> pb::ContainerStatus {
+    pb::ContainerStatus {
+        name: Some(name.into()),
+        state: Some(state),
+        last_state: last,
+        ready: Some(false),
+        restart_count: Some(restarts),
+        image: Some("registry.example/app:1".into()),
+        image_id: Some("sha256:abc".into()),
+        container_id: Some("containerd://123".into()),
+        started: Some(true),
+        ..Default::default()
+    }
+}
+
+/// A pod with everything a busy one has, most of which the decoder skips.
+fn rich_pod(name: &str) -> pb::Pod {
+    let running = pb::ContainerState {
+        running: Some(pb::ContainerStateRunning { started_at: Some(time(1_700_000_100)) }),
+        ..Default::default()
+    };
+    let waiting = pb::ContainerState {
+        waiting: Some(pb::ContainerStateWaiting {
+            reason: Some("CrashLoopBackOff".into()),
+            message: Some("back-off 20s restarting failed container=app pod=web\n(really)".into()),
+        }),
+        ..Default::default()
+    };
+    let killed = pb::ContainerState {
+        terminated: Some(pb::ContainerStateTerminated {
+            exit_code: Some(137),
+            signal: Some(9),
+            reason: Some("OOMKilled".into()),
+            message: Some("out of memory".into()),
+            started_at: Some(time(1_700_000_000)),
+            finished_at: Some(time(1_700_000_050)),
+            container_id: Some("containerd://456".into()),
+        }),
+        ..Default::default()
+    };
+    pb::Pod {
+        metadata: Some(meta::ObjectMeta {
+            name: Some(name.into()),
+            generate_name: Some("web-".into()),
+            namespace: Some("shop".into()),
+            uid: Some("0d6c3d1e-uid".into()),
+            resource_version: Some("12345".into()),
+            generation: Some(3),
+            creation_timestamp: Some(time(1_699_999_000)),
+            deletion_timestamp: Some(meta::Time { seconds: Some(1_700_000_200), nanos: Some(5) }),
+            deletion_grace_period_seconds: Some(30),
+            labels: [("app".to_string(), "web".to_string()), ("tier".into(), "front".into())].into(),
+            annotations: [("note".to_string(), "x".repeat(500))].into(),
+            owner_references: vec![meta::OwnerReference {
+                api_version: Some("apps/v1".into()),
+                kind: Some("ReplicaSet".into()),
+                name: Some("web-7d".into()),
+                uid: Some("rs-uid".into()),
+                controller: Some(true),
+                ..Default::default()
+            }],
+            finalizers: vec!["example.com/keep".into()],
+            managed_fields: vec![meta::ManagedFieldsEntry {
+                manager: Some("kubelet".into()),
+                operation: Some("Update".into()),
+                fields_v1: Some(meta::FieldsV1 { raw: Some(vec![b'{'; 2000]) }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        spec: Some(pb::PodSpec {
+            node_name: Some("node-1".into()),
+            containers: vec![pb::Container {
+                name: Some("app".into()),
+                image: Some("registry.example/app:1".into()),
+                args: vec!["--serve".into(); 20],
+                ..Default::default()
+            }],
+            service_account_name: Some("default".into()),
+            ..Default::default()
+        }),
+        status: Some(pb::PodStatus {
+            phase: Some("Running".into()),
+            conditions: vec![
+                pb::PodCondition {
+                    r#type: Some("PodScheduled".into()),
+                    status: Some("True".into()),
+                    ..Default::default()
+                },
+                pb::PodCondition {
+                    r#type: Some("Ready".into()),
+                    status: Some("False".into()),
+                    reason: Some("ContainersNotReady".into()),
+                    message: Some("containers with unready status: [app]".into()),
+                    last_transition_time: Some(time(1_700_000_060)),
+                    ..Default::default()
+                },
+                pb::PodCondition {
+                    r#type: Some("example.com/gate".into()),
+                    status: Some("True".into()),
+                    ..Default::default()
+                },
+            ],
+            message: Some("The node was low on resource: memory.".into()),
+            reason: Some("Evicted".into()),
+            host_ip: Some("10.0.0.1".into()),
+            pod_ip: Some("10.1.0.7".into()),
+            start_time: Some(time(1_699_999_100)),
+            init_container_statuses: vec![container("init", killed.clone(), None, 0)],
+            container_statuses: vec![container("app", waiting, Some(killed), 4), container("side", running, None, 0)],
+            qos_class: Some("Burstable".into()),
+            observed_generation: Some(3),
+            ..Default::default()
+        }),
+    }
+}
+
+/// What k8s-pb's decode of a pod says our decoder must keep: the oracle,
+/// written from k8s-pb's types.
+fn expected(p: &pb::Pod) -> Pod {
+    let m = p.metadata.clone().unwrap_or_default();
+    // Empty is absent, as Go writes "" and 0 where JSON leaves a field out.
+    let word = |s: &Option<String>| s.as_deref().filter(|s| !s.is_empty()).map(Word::new);
+    let text = |s: &Option<String>| s.as_deref().filter(|s| !s.is_empty()).map(Text::new);
+    let state = |s: &Option<pb::ContainerState>| match s {
+        Some(pb::ContainerState { terminated: Some(t), .. }) => State::Terminated(Box::new(Terminated {
+            exit_code: t.exit_code.unwrap_or_default(),
+            signal: t.signal,
+            reason: word(&t.reason),
+            message: text(&t.message),
+        })),
+        Some(pb::ContainerState { waiting: Some(w), .. }) => {
+            State::Waiting(Box::new(Waiting { reason: word(&w.reason), message: text(&w.message) }))
+        }
+        Some(pb::ContainerState { running: Some(_), .. }) => State::Running,
+        _ => State::Unknown,
+    };
+    let containers = |list: &[pb::ContainerStatus]| -> Box<[ContainerStatus]> {
+        list.iter()
+            .map(|c| ContainerStatus {
+                name: Word::new(c.name.as_deref().unwrap_or_default()),
+                ready: c.ready.unwrap_or_default(),
+                restart_count: c.restart_count.unwrap_or_default(),
+                state: state(&c.state),
+                last_state: state(&c.last_state),
+            })
+            .collect()
+    };
+    let status = p.status.as_ref().map(|s| {
+        let mut conditions = Conditions::default();
+        for c in &s.conditions {
+            let kind = Condition::from_api(c.r#type.as_deref().unwrap_or_default());
+            if let Some(i) = Condition::ALL.iter().position(|k| *k == kind) {
+                conditions.0[i] = Some(Truth::from_api(c.status.as_deref().unwrap_or_default()));
+            }
+        }
+        pod::Status {
+            phase: s.phase.clone(),
+            reason: word(&s.reason),
+            message: text(&s.message),
+            conditions,
+            observed_generation: s.observed_generation,
+            init_container_statuses: containers(&s.init_container_statuses),
+            container_statuses: containers(&s.container_statuses),
+            fingerprint: 0,
+        }
+    });
+    let deletion = m.deletion_timestamp.as_ref().map(|t| {
+        Time(k8s_openapi::jiff::Timestamp::new(t.seconds.unwrap_or_default(), t.nanos.unwrap_or_default()).unwrap())
+    });
+    Pod {
+        metadata: ObjectMeta {
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            resource_version: m.resource_version,
+            generation: m.generation,
+            labels: (!m.labels.is_empty()).then(|| m.labels.into_iter().collect()),
+            deletion_timestamp: deletion,
+            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+            ..ObjectMeta::default()
+        },
+        spec: p.spec.as_ref().map(|s| pod::Spec { node_name: s.node_name.clone() }),
+        status,
+        unshown_metadata: 0,
+    }
+}
+
+/// The fingerprints are hashes of bytes k8s-pb does not keep: compared apart.
+fn without_fingerprints(mut pod: Pod) -> Pod {
+    pod.unshown_metadata = 0;
+    if let Some(s) = pod.status.as_mut() {
+        s.fingerprint = 0;
+    }
+    pod
+}
+
+#[test]
+fn a_pod_list_decodes_as_k8s_pb_decodes_it() {
+    let list = pb::PodList {
+        metadata: Some(meta::ListMeta {
+            resource_version: Some("777".into()),
+            r#continue: Some("next-page".into()),
+            ..Default::default()
+        }),
+        items: vec![rich_pod("web-1"), rich_pod("web-2"), pb::Pod::default()],
+    };
+    let body = envelope("PodList", list.encode_to_vec());
+
+    // k8s-pb's reading of the very same bytes.
+    let unknown = rt::Unknown::decode(&body[4..]).unwrap();
+    let theirs = pb::PodList::decode(unknown.raw.unwrap().as_slice()).unwrap();
+
+    let ours = pod_list(body).unwrap();
+    assert_eq!(ours.resource_version, "777");
+    assert_eq!(ours.continue_token, "next-page");
+    assert_eq!(ours.items.len(), theirs.items.len());
+    for (ours, theirs) in ours.items.into_iter().zip(&theirs.items) {
+        assert_eq!(without_fingerprints(ours), without_fingerprints(expected(theirs)));
+    }
+}
+
+#[test]
+fn what_is_not_shown_is_fingerprinted() {
+    let decode =
+        |p: pb::Pod| pod_list(envelope("PodList", pb::PodList { items: vec![p], metadata: None }.encode_to_vec()));
+    let base = decode(rich_pod("a")).unwrap().items.remove(0);
+    // An annotation changed: only the unshown-metadata fingerprint moves.
+    let mut p = rich_pod("a");
+    p.metadata.as_mut().unwrap().annotations.insert("other".into(), "1".into());
+    let annotated = decode(p).unwrap().items.remove(0);
+    assert_ne!(base.unshown_metadata, annotated.unshown_metadata);
+    assert_eq!(base.status, annotated.status);
+    // The pod IP changed: a field not kept, but the status fingerprint moves.
+    let mut p = rich_pod("a");
+    p.status.as_mut().unwrap().pod_ip = Some("10.1.0.8".into());
+    let moved = decode(p).unwrap().items.remove(0);
+    assert_ne!(base.status.as_ref().unwrap().fingerprint, moved.status.as_ref().unwrap().fingerprint);
+    assert_eq!(without_fingerprints(base), without_fingerprints(moved));
+}
+
+/// A watch frame: the length, then a WatchEvent (no magic) around an object.
+fn frame(kind: &str, object_kind: &str, raw: Vec<u8>) -> Vec<u8> {
+    let event = meta::WatchEvent {
+        r#type: Some(kind.into()),
+        object: Some(rt::RawExtension { raw: Some(envelope(object_kind, raw).to_vec()) }),
+    };
+    let bytes = event.encode_to_vec();
+    let mut out = (bytes.len() as u32).to_be_bytes().to_vec();
+    out.extend(bytes);
+    out
+}
+
+fn bookmark(rv: &str, end: bool) -> Vec<u8> {
+    let mut metadata = meta::ObjectMeta { resource_version: Some(rv.into()), ..Default::default() };
+    if end {
+        metadata.annotations.insert("k8s.io/initial-events-end".into(), "true".into());
+    }
+    frame("BOOKMARK", "Pod", pb::Pod { metadata: Some(metadata), ..Default::default() }.encode_to_vec())
+}
+
+fn events_of(stream: &[u8], chunk: usize) -> Vec<Result<WatchEvent, WireError>> {
+    let mut frames = Frames::default();
+    let mut out = Vec::new();
+    for piece in stream.chunks(chunk.max(1)) {
+        frames.push(piece);
+        loop {
+            match frames.next_frame() {
+                Ok(Some((bytes, offset))) => out.push(watch_event(bytes, offset)),
+                Ok(None) => break,
+                Err(e) => {
+                    out.push(Err(e));
+                    return out;
+                }
+            }
+        }
+    }
+    if let Err(e) = frames.finish() {
+        out.push(Err(e));
+    }
+    out
+}
+
+#[test]
+fn watch_frames_decode_whatever_the_chunks() {
+    let gone = meta::Status {
+        code: Some(410),
+        reason: Some("Expired".into()),
+        message: Some("too old".into()),
+        ..Default::default()
+    };
+    let stream: Vec<u8> = [
+        frame("ADDED", "Pod", rich_pod("a").encode_to_vec()),
+        bookmark("50", false),
+        frame("MODIFIED", "Pod", rich_pod("a").encode_to_vec()),
+        bookmark("51", true),
+        frame("DELETED", "Pod", rich_pod("a").encode_to_vec()),
+        frame("ERROR", "Status", gone.encode_to_vec()),
+    ]
+    .concat();
+    let want = expected(&rich_pod("a"));
+    for chunk in [1, 3, 7, 64, stream.len()] {
+        let events = events_of(&stream, chunk);
+        assert_eq!(events.len(), 6, "chunks of {chunk}: {events:?}");
+        let pods: Vec<Pod> = events
+            .iter()
+            .filter_map(|e| match e {
+                Ok(WatchEvent::Added(p) | WatchEvent::Modified(p) | WatchEvent::Deleted(p)) => Some(p.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(pods.len(), 3);
+        assert!(pods.into_iter().all(|p| without_fingerprints(p) == without_fingerprints(want.clone())));
+        assert!(matches!(&events[0], Ok(WatchEvent::Added(_))));
+        assert_eq!(events[1], Ok(WatchEvent::Bookmark { resource_version: "50".into(), initial_events_end: false }));
+        assert_eq!(events[3], Ok(WatchEvent::Bookmark { resource_version: "51".into(), initial_events_end: true }));
+        assert!(matches!(&events[4], Ok(WatchEvent::Deleted(_))));
+        match &events[5] {
+            Ok(WatchEvent::Error(status)) => {
+                assert_eq!((status.code, status.reason.as_str(), status.message.as_str()), (410, "Expired", "too old"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_broken_stream_is_an_error_that_says_where() {
+    let good = frame("ADDED", "Pod", rich_pod("a").encode_to_vec());
+    // Cut inside the second frame.
+    let cut: Vec<u8> = [good.clone(), good[..10].to_vec()].concat();
+    let events = events_of(&cut, 5);
+    assert!(matches!(events[0], Ok(WatchEvent::Added(_))));
+    assert_eq!(events[1], Err(WireError::Truncated { offset: good.len() }));
+    // A length no pod has.
+    let huge: Vec<u8> = [good.clone(), vec![0x7f, 0xff, 0xff, 0xff, 1, 2]].concat();
+    assert_eq!(events_of(&huge, 64)[1], Err(WireError::FrameTooLarge { offset: good.len(), len: 0x7fff_ffff }));
+    // An object without the magic.
+    let mut bad = good.clone();
+    let at = bad.windows(4).position(|w| w == MAGIC).unwrap();
+    bad[at] = b'j';
+    match &events_of(&bad, 64)[0] {
+        Err(WireError::Magic { offset: 0, start }) => assert_eq!(start, b"j8s\0"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        pod_list(Bytes::from_static(b"{\"kind\":\"PodList\"}")).unwrap_err().to_string(),
+        "not a Kubernetes protobuf object at byte 0: it starts [7b, 22, 6b, 69], not with \"k8s\\0\""
+    );
+}
+
+/// A small, seeded generator: the same run every time, no crate needed.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Mutated lists and watch streams, for a bounded time: every result is a
+/// pod list or an error, never a panic, and an error's offset is inside the
+/// bytes it was given.
+#[test]
+fn mutated_bytes_give_errors_never_a_panic() {
+    let list =
+        envelope("PodList", pb::PodList { items: vec![rich_pod("a"), rich_pod("b")], metadata: None }.encode_to_vec());
+    let stream: Vec<u8> = [frame("ADDED", "Pod", rich_pod("a").encode_to_vec()), bookmark("9", true)].concat();
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut runs = 0;
+    while Instant::now() < deadline && runs < 100_000 {
+        for sample in [&list[..], &stream[..]] {
+            let mut bytes = sample.to_vec();
+            for _ in 0..1 + rng.below(6) {
+                let at = rng.below(bytes.len());
+                match rng.below(5) {
+                    0 => bytes[at] ^= 1 << rng.below(8),
+                    1 => bytes[at] = rng.next() as u8,
+                    2 => bytes.truncate(at),
+                    3 => bytes.insert(at, rng.next() as u8),
+                    _ => {
+                        let end = (at + rng.below(16)).min(bytes.len());
+                        let piece = bytes[at..end].to_vec();
+                        bytes.splice(at..at, piece);
+                    }
+                }
+                if bytes.is_empty() {
+                    break;
+                }
+            }
+            let len = bytes.len();
+            if let Err(e) = pod_list(Bytes::from(bytes.clone())) {
+                assert!(offset_of(&e) <= len, "{e} in {len} bytes");
+            }
+            for event in events_of(&bytes, 1 + rng.below(40)) {
+                if let Err(e) = event {
+                    assert!(offset_of(&e) <= len, "{e} in {len} bytes");
+                }
+            }
+        }
+        runs += 1;
+    }
+    assert!(runs >= 1_000, "only {runs} runs in 3 s");
+}
+
+fn offset_of(e: &WireError) -> usize {
+    match e {
+        WireError::Magic { offset, .. }
+        | WireError::Decode { offset, .. }
+        | WireError::Kind { offset, .. }
+        | WireError::FrameTooLarge { offset, .. }
+        | WireError::Truncated { offset } => *offset,
+    }
+}
