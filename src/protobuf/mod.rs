@@ -238,6 +238,7 @@ pub fn error_status(body: Bytes) -> Option<kube::core::Status> {
 
 // --- The pod: only what the cache keeps ---------------------------------------------
 
+// ANCHOR: pod
 #[derive(Clone, PartialEq, Message)]
 struct PodMsg {
     #[prost(message, optional, tag = "1")]
@@ -249,6 +250,8 @@ struct PodMsg {
     #[prost(bytes = "bytes", optional, tag = "3")]
     status: Option<Bytes>,
 }
+
+// ANCHOR_END: pod
 
 /// metav1.ObjectMeta: what pod.rs's KeptMetadata keeps. Annotations, owner
 /// references and finalizers are read as their raw entries, to be hashed

@@ -15,6 +15,11 @@ pub enum Peer {
     Demo,
     /// demo-controller --paged-list (when the binary has the flag).
     DemoPaged,
+    /// demo-controller --wire json: its default list mode, pods as JSON
+    /// (when the binary has --wire; its default is then protobuf).
+    DemoJson,
+    /// demo-controller --paged-list --wire json.
+    DemoPagedJson,
     /// The client-go logger, WatchListClient on (client-go's default).
     GoWatchList,
     /// The client-go logger, KUBE_FEATURE_WatchListClient=false.
@@ -23,7 +28,8 @@ pub enum Peer {
     KubeRs,
 }
 
-pub const LOGGERS: [Peer; 5] = [Peer::Demo, Peer::DemoPaged, Peer::GoWatchList, Peer::GoPaged, Peer::KubeRs];
+pub const LOGGERS: [Peer; 7] =
+    [Peer::Demo, Peer::DemoPaged, Peer::DemoJson, Peer::DemoPagedJson, Peer::GoWatchList, Peer::GoPaged, Peer::KubeRs];
 pub const FLOORS: [Peer; 2] = [Peer::FloorList, Peer::FloorStream];
 
 impl Peer {
@@ -34,6 +40,8 @@ impl Peer {
             Peer::FloorStream => "floor: bare streaming list",
             Peer::Demo => "demo-controller",
             Peer::DemoPaged => "demo-controller --paged-list",
+            Peer::DemoJson => "demo-controller --wire json",
+            Peer::DemoPagedJson => "demo-controller --paged-list --wire json",
             Peer::GoWatchList => "client-go (WatchList on)",
             Peer::GoPaged => "client-go (WatchList off)",
             Peer::KubeRs => "kube-rs idiomatic",
@@ -47,6 +55,8 @@ impl Peer {
             Peer::FloorStream => "floor-stream",
             Peer::Demo => "demo-controller",
             Peer::DemoPaged => "demo-controller-paged",
+            Peer::DemoJson => "demo-controller-json",
+            Peer::DemoPagedJson => "demo-controller-paged-json",
             Peer::GoWatchList => "client-go-watchlist",
             Peer::GoPaged => "client-go-paged",
             Peer::KubeRs => "kube-rs",
@@ -59,7 +69,10 @@ impl Peer {
 
     /// Whether it has a resync period (kube-rs has none; the floors do not cache).
     pub fn has_resync(self) -> bool {
-        matches!(self, Peer::Demo | Peer::DemoPaged | Peer::GoWatchList | Peer::GoPaged)
+        matches!(
+            self,
+            Peer::Demo | Peer::DemoPaged | Peer::DemoJson | Peer::DemoPagedJson | Peer::GoWatchList | Peer::GoPaged
+        )
     }
 }
 
@@ -71,6 +84,8 @@ pub struct Binaries {
     pub go: Option<PathBuf>,
     /// demo-controller accepts --paged-list (found in its --help).
     pub demo_paged: bool,
+    /// demo-controller accepts --wire (protobuf by default, json on request).
+    pub demo_wire: bool,
 }
 
 impl Binaries {
@@ -79,14 +94,17 @@ impl Binaries {
             assert!(path.is_file(), "{} does not exist: build it first (bench/run.sh does)", path.display());
         }
         let help = Command::new(&demo).arg("--help").output().expect("run demo-controller --help");
-        let demo_paged = String::from_utf8_lossy(&help.stdout).contains("--paged-list");
-        Binaries { demo, kube_rs, floor, go, demo_paged }
+        let help = String::from_utf8_lossy(&help.stdout);
+        let (demo_paged, demo_wire) = (help.contains("--paged-list"), help.contains("--wire"));
+        Binaries { demo, kube_rs, floor, go, demo_paged, demo_wire }
     }
 
     /// The peers this run measures; the others are reported as n/a.
     pub fn available(&self, peer: Peer) -> bool {
         match peer {
             Peer::DemoPaged => self.demo_paged,
+            Peer::DemoJson => self.demo_wire,
+            Peer::DemoPagedJson => self.demo_wire && self.demo_paged,
             Peer::GoWatchList | Peer::GoPaged => self.go.is_some(),
             _ => true,
         }
@@ -101,12 +119,16 @@ impl Binaries {
                 cmd.arg(if peer == Peer::FloorList { "list" } else { "stream" });
                 cmd
             }
-            Peer::Demo | Peer::DemoPaged => {
+            Peer::Demo | Peer::DemoPaged | Peer::DemoJson | Peer::DemoPagedJson => {
                 let mut cmd = Command::new(&self.demo);
                 cmd.args(["--probe-addr", "0", "--metrics-addr", "0", "--log-format", "text", "--resync", &resync]);
-                if peer == Peer::DemoPaged {
+                if matches!(peer, Peer::DemoPaged | Peer::DemoPagedJson) {
                     cmd.arg("--paged-list");
                 }
+                if matches!(peer, Peer::DemoJson | Peer::DemoPagedJson) {
+                    cmd.args(["--wire", "json"]);
+                }
+                cmd.env_remove("DEMO_CONTROLLER_WIRE");
                 cmd
             }
             Peer::GoWatchList | Peer::GoPaged => {

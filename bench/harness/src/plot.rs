@@ -14,6 +14,8 @@ fn colour(peer: Peer) -> RGBColor {
     match peer {
         Peer::Demo => RGBColor(206, 90, 26),
         Peer::DemoPaged => RGBColor(240, 160, 60),
+        Peer::DemoJson => RGBColor(150, 60, 20),
+        Peer::DemoPagedJson => RGBColor(200, 130, 90),
         Peer::GoWatchList => RGBColor(0, 130, 180),
         Peer::GoPaged => RGBColor(110, 200, 230),
         Peer::KubeRs => RGBColor(120, 60, 160),

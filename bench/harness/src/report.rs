@@ -32,7 +32,7 @@ impl Results {
     pub fn streams(&self, peer: Peer) -> bool {
         match peer {
             Peer::FloorStream | Peer::GoWatchList => true,
-            Peer::Demo => self.demo_streams,
+            Peer::Demo | Peer::DemoJson => self.demo_streams,
             _ => false,
         }
     }
@@ -273,6 +273,36 @@ pub fn targets(r: &Results) -> String {
             api.filter(|v| v.is_finite()).map(|v| v <= 1.0),
         );
     }
+    // Protobuf (the default wire) against JSON (--wire json), mode for mode.
+    for (pb, json, mode) in
+        [(Peer::Demo, Peer::DemoJson, "default list mode"), (Peer::DemoPaged, Peer::DemoPagedJson, "paged")]
+    {
+        let (Some(pb), Some(json)) = (row.m.get(&pb), row.m.get(&json)) else {
+            continue;
+        };
+        let cpu = ratio(Some(pb.sync_cpu_ms), Some(json.sync_cpu_ms));
+        line(&format!("protobuf ({mode}): client CPU to sync <= 0.5x the JSON path"), x(cpu), cpu.map(|v| v <= 0.5));
+        let rss = ratio(Some(pb.steady_mib), Some(json.steady_mib));
+        line(
+            &format!("protobuf ({mode}): RSS after sync no worse than the JSON path (<= 1.05x: noise)"),
+            x(rss),
+            rss.map(|v| v <= 1.05),
+        );
+        let (a, b) = (percentile(&pb.added_lags, 99.0), percentile(&json.added_lags, 99.0));
+        line(
+            &format!("protobuf ({mode}): burst lag added p99 unchanged from JSON (within 5 ms)"),
+            a.zip(b).map(|(a, b)| format!("{a:.1} ms vs {b:.1} ms")),
+            a.zip(b).map(|(a, b)| a <= b + 5.0),
+        );
+    }
+    let best_pb =
+        [get(Peer::Demo, |m| m.sync_ms), get(Peer::DemoPaged, |m| m.sync_ms)].into_iter().flatten().reduce(f64::min);
+    let sync = ratio(best_pb, better_go(|m| m.sync_ms));
+    line(
+        "protobuf, its better list mode: time to cache synced <= 0.8x the better client-go mode",
+        x(sync),
+        sync.map(|v| v <= 0.8),
+    );
     out
 }
 
