@@ -44,8 +44,8 @@ pub struct Args {
     #[arg(long)]
     pub paged_list: bool,
 
-    /// The format pods are read in: protobuf, the API server's own (smaller, and half
-    /// the server's CPU to encode), or json. Where the server refuses protobuf: json
+    /// The format pods are read in: protobuf, the API server's own (smaller, and cheaper
+    /// for the server to encode), or json. Where the server refuses protobuf: json
     #[arg(long, value_name = "FORMAT", value_enum, default_value_t = Wire::Protobuf, env = "DEMO_CONTROLLER_WIRE")]
     pub wire: Wire,
 

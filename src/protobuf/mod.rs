@@ -3,9 +3,10 @@
 //!
 //! Why: kube-apiserver keeps objects in etcd as protobuf and encodes JSON for
 //! clients that ask for it. A list of 10,000 realistic pods is 54.9 MB of JSON
-//! and 37.6 MB of protobuf, and the server spends about twice the CPU to make
-//! the JSON (bench/profile.md). client-go asks for protobuf; kube-rs can ask
-//! only for JSON, so this module reads protobuf itself, for pods alone.
+//! and 37.6 MB of protobuf, and the server spends 1.2 to 1.9 times the CPU
+//! to make the JSON (bench/profile.md, three runs of each). client-go asks
+//! for protobuf; kube-rs can ask only for JSON, so this module reads
+//! protobuf itself, for pods alone.
 //!
 //! The wire format, as the API concepts document it
 //! (<https://kubernetes.io/docs/reference/using-api/api-concepts/#protobuf-encoding>):
