@@ -331,7 +331,7 @@ pub fn markdown(r: &Results, f: &Facts) -> String {
          Written by bench/harness (`make bench`); do not edit by hand, run `{command}` again.\n\n\
          - started: {date}\n- commit: {commit}\n- machine: {machine}\n- load when it started: {load}\n\
          - conditions: {conditions}\n\
-         - control plane: kube-apiserver {server} + etcd on 127.0.0.1, no kubelet (statuses written through pods/status)\n\
+         - control plane: kube-apiserver {server} on 127.0.0.1 + etcd on a unix socket, no kubelet (statuses written through pods/status)\n\
          - parameters: {parameters}\n\
          - pod: {json} bytes of JSON as the server sends it, {json_nm} without managedFields; \
          demo-controller keeps {kept} bytes of field values per pod (name, namespace, uid, resourceVersion, labels, \
