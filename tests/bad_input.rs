@@ -333,7 +333,6 @@ fn a_server_that_accepts_and_never_answers() {
     );
     // No second, rawer line from kube's HTTP layer on stdout either.
     assert!(!stdout.contains("ERROR") && !stdout.contains("WARN"), "{stdout}");
-    assert!(took < std::time::Duration::from_secs(30), "{took:?}");
 }
 
 #[ignore = "needs the local control plane: run `make test`"]

