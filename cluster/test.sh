@@ -31,6 +31,30 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+# Every test's name, for the checks below ("NAME: test" lines of libtest's --list).
+test_names() { cargo test --locked "$@" -- --include-ignored --list 2>/dev/null | sed -n 's/: test$//p'; }
+
+# A name filter that matches no test would let a run pass having run nothing:
+# each one given must match at least one test. ($1: what the filters are for;
+# then the filters; the names to match are on stdin.)
+require_matches() {
+	local what=$1 names f
+	shift
+	names=$(cat)
+	for f in "$@"; do
+		if ! grep -qF -- "$f" <<<"$names"; then
+			echo "error: the test filter '$f' ($what) matches no test: correct or remove it" >&2
+			return 1
+		fi
+	done
+}
+filters=() skip_next=0
+for a in "$@"; do
+	if ((skip_next)); then skip_next=0; elif [[ $a == --skip ]]; then skip_next=1; elif [[ $a != -* ]]; then filters+=("$a"); fi
+done
+all_tests=$(test_names)
+require_matches "given to make test" ${filters[@]+"${filters[@]}"} <<<"$all_tests"
+
 # The control plane first (a cold build of it takes minutes), then the tests.
 # The node tests (node_*) run after them, against a real node of their own.
 bash cluster/up.sh --dir "$dir" >/dev/null
@@ -42,27 +66,28 @@ cargo test --locked -- --include-ignored --skip node_ "$@"
 # watcher, so both wires stay proven. (Only in a full run: with name filters,
 # the filtered run above is what was asked for.)
 if (($# == 0)); then
+	json_again=(restarts_under_churn deletes_it_could_not_see relabelled_out_of_the_selector without_streaming_lists)
+	test_names --test faults --test watch | require_matches "the JSON re-run in cluster/test.sh" "${json_again[@]}"
 	export DEMO_CONTROLLER_WIRE=json
 	cargo test --locked --test e2e -- --include-ignored
-	cargo test --locked --test faults --test watch -- --include-ignored \
-		restarts_under_churn deletes_it_could_not_see relabelled_out_of_the_selector without_streaming_lists
+	cargo test --locked --test faults --test watch -- --include-ignored "${json_again[@]}"
 	unset DEMO_CONTROLLER_WIRE
 fi
 
 # --- The node tests: demo-controller as a pod on a real kubelet --------------
 # Root only (containerd, a kubelet, a bridge, iptables). Without root they are
 # reported as not run, never as passed.
+# The node tests this run would include: all of them, or those the filters name.
+node_tests=()
+for name in $(grep -E '^node_' <<<"$all_tests"); do
+	wanted=$((${#filters[@]} == 0))
+	for f in ${filters[@]+"${filters[@]}"}; do [[ $name == *"$f"* ]] && wanted=1; done
+	((wanted)) && node_tests+=("$name")
+done
+((${#node_tests[@]})) || exit 0 # filters that select no node test skip the node (and its image build)
 if ((EUID != 0)); then
-	echo "test.sh: the node tests (node_*) were NOT run: they need root and the local node; run \`make test\` as root" >&2
+	echo "test.sh: ${#node_tests[@]} node tests (node_*) were NOT run: they need root and the local node; run \`make test\` as root" >&2
 	exit 0
 fi
-# Name filters that select no node test skip the node (and its image build).
-filters=() wanted=0
-for a in "$@"; do [[ $a == -* ]] || filters+=("$a"); done
-for name in $(sed -n 's/^async fn \(node_[a-z0-9_]*\).*/\1/p' tests/node*.rs); do
-	((${#filters[@]} == 0)) && wanted=1
-	for f in ${filters[@]+"${filters[@]}"}; do [[ $name == *"$f"* ]] && wanted=1; done
-done
-((wanted)) || exit 0
 bash cluster/down.sh --dir "$dir" # the plain control plane is done with: free its memory
 bash cluster/node/test.sh "$@"
