@@ -88,6 +88,19 @@ const ALL: &[&str] = &[
     "processes",
 ];
 
+/// Writes `command` (shell, safe to run twice) to the undo journal before
+/// the change it undoes is made. `Drop` undoes each change when the test
+/// ends; the journal is for when it cannot: cluster/node/test.sh runs it in a
+/// trap, so a run cut short (Ctrl-C, SIGKILL of the test process) still
+/// leaves the host as it found it.
+fn undo_later(command: &str) {
+    use std::io::Write;
+    let journal = std::env::var_os("DEMO_CONTROLLER_TEST_UNDO")
+        .expect("DEMO_CONTROLLER_TEST_UNDO is not set: run these tests through cluster/node/test.sh (make test as root), which undoes what an interrupted run left on the host");
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(journal).expect("open the undo journal");
+    writeln!(file, "{command}").expect("write the undo journal");
+}
+
 /// What other software on the machine owns: a network namespace, a FORWARD
 /// rule, an nft table and a process in a cgroup of its own (named
 /// `kubepods`, as a real node's would be, where that name is free). Removed
@@ -104,16 +117,21 @@ struct Foreign {
 impl Foreign {
     fn new(tag: &'static str, with_process: bool) -> Foreign {
         let netns = format!("dcn-foreign-{tag}");
+        undo_later(&format!("ip netns del {netns} 2>/dev/null || true"));
         run("ip", &["netns", "add", &netns]);
         let rule: Vec<String> = ["FORWARD", "-s", "192.0.2.77/32", "-m", "comment", "--comment"]
             .iter()
             .map(|s| s.to_string())
             .chain([format!("foreign {tag}"), "-j".into(), "ACCEPT".into()])
             .collect();
+        undo_later(&format!(
+            "iptables -w -D FORWARD -s 192.0.2.77/32 -m comment --comment 'foreign {tag}' -j ACCEPT 2>/dev/null || true"
+        ));
         let mut add = vec!["-w".to_string(), "-A".to_string()];
         add.extend(rule.iter().cloned());
         run("iptables", &add.iter().map(String::as_str).collect::<Vec<_>>());
         let table = format!("dcn_foreign_{tag}");
+        undo_later(&format!("nft delete table inet {table} 2>/dev/null || true"));
         run("nft", &["add", "table", "inet", &table]);
         let (mut cgroup, mut sleeper) = (None, None);
         if with_process {
@@ -124,6 +142,13 @@ impl Foreign {
                 .expect("a cgroup hierarchy");
             let name = if pids.join("kubepods").exists() { format!("dcn-foreign-{tag}") } else { "kubepods".into() };
             let dir = pids.join(name);
+            // Only the processes in this cgroup, which the test made: kill
+            // them, then remove it.
+            let d = dir.display();
+            undo_later(&format!(
+                "if [ -d {d} ]; then for p in $(cat {d}/cgroup.procs); do kill -KILL \"$p\" 2>/dev/null; done; \
+                 while [ -s {d}/cgroup.procs ]; do sleep 0.1; done; rmdir {d}; fi"
+            ));
             std::fs::create_dir(&dir).unwrap();
             let child = Command::new("sleep").arg("600").stdin(Stdio::null()).spawn().unwrap();
             std::fs::write(dir.join("cgroup.procs"), child.id().to_string()).unwrap();
@@ -172,6 +197,7 @@ impl IpForward {
     const PATH: &str = "/proc/sys/net/ipv4/ip_forward";
     fn flip() -> IpForward {
         let was = std::fs::read_to_string(Self::PATH).unwrap().trim().to_string();
+        undo_later(&format!("echo {was} > {}", Self::PATH));
         std::fs::write(Self::PATH, if was == "1" { "0" } else { "1" }).unwrap();
         IpForward(was)
     }

@@ -16,7 +16,19 @@ if ((EUID != 0)); then
 fi
 dir=$repo/target/test-node
 say() { echo "node/test.sh: $*" >&2; }
-trap 'bash cluster/node/down.sh --dir "$dir"; rm -f "$dir.host-before"' EXIT INT TERM
+# tests/node_teardown.rs changes the host as other software would (a network
+# namespace, a FORWARD rule, an nft table, ip_forward, a cgroup) and writes
+# the command that undoes each change here before making it. Run on every
+# exit, so an interrupted run (Ctrl-C, a killed test process) undoes them too.
+export DEMO_CONTROLLER_TEST_UNDO=$repo/target/test-node.undo
+rm -f "$DEMO_CONTROLLER_TEST_UNDO"
+undo() {
+	if [[ -f $DEMO_CONTROLLER_TEST_UNDO ]]; then
+		bash "$DEMO_CONTROLLER_TEST_UNDO" || say "undoing the teardown test's host changes failed: see $DEMO_CONTROLLER_TEST_UNDO"
+		rm -f "$DEMO_CONTROLLER_TEST_UNDO"
+	fi
+}
+trap 'bash cluster/node/down.sh --dir "$dir"; rm -f "$dir.host-before"; undo' EXIT INT TERM
 
 t=$SECONDS
 bash cluster/node/deps.sh
@@ -35,6 +47,6 @@ t=$SECONDS
 bash cluster/node/down.sh --dir "$dir"
 say "node down in $((SECONDS - t)) s"
 rm -f "$dir.host-before"
-trap - EXIT INT TERM
+trap undo EXIT INT TERM
 unset DEMO_CONTROLLER_TEST_NODE
 cargo test --locked --test node_teardown -- --include-ignored "$@"
