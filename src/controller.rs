@@ -20,9 +20,10 @@ use crate::queue::Queue;
 use crate::worker::{SyncError, Worker};
 use crate::{metrics, probes};
 
-/// A key that fails this many syncs in a row is dropped (client-go's
-/// `maxRetries` in kubewatch and sample-controller). Without a limit one
-/// broken key would be retried forever.
+/// A key that fails this many syncs in a row is dropped (`maxRetries` in
+/// client-go's workqueue example and in kubewatch; sample-controller has no
+/// limit and retries with backoff forever). Without a limit one broken key
+/// would be retried forever.
 pub const MAX_ATTEMPTS: u32 = 5;
 
 /// How long shutdown waits for the workers to drain the queue before it gives

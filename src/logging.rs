@@ -22,11 +22,13 @@ use crate::cli::LogFormat;
 /// stdout is line-buffered, also into a pipe), so a line is out before the
 /// worker takes its next key. A slow reader of stdout slows the workers: that is
 /// the back-pressure we want, since the queue de-duplicates the keys that wait
-/// meanwhile and no line is ever dropped. It never silences the probes or the
-/// signals: those live on a thread of their own (signals.rs). (A background
-/// writer thread, as `tracing-appender` offers, costs a thread wake-up and two
-/// context switches per line: bench/profile.md found such a thread at 14 % of a
-/// burst's CPU.)
+/// meanwhile and no line is ever dropped. The probes and the signals still
+/// answer: they live on a thread of their own (signals.rs). But a worker that
+/// stays blocked on its write for longer than `--stuck-after` is stuck, and
+/// /healthz says so (503), as it should: nothing is being logged. (A
+/// background writer thread, as `tracing-appender` offers, costs a thread
+/// wake-up and two context switches per line: bench/profile.md measured what
+/// such a thread costs during a burst.)
 pub const DEFAULT_FILTER: &str = "warn,demo_controller=info,kube_client::client=off,kube_runtime::watcher=error";
 
 pub fn init(format: LogFormat) {

@@ -11,8 +11,9 @@
 //! - 1: it cannot run (bad kubeconfig, unknown context, server unreachable,
 //!   port in use...), with one line on stderr saying what and how to fix it;
 //! - 2: a bad flag (clap's usual code for a usage error);
-//! - 3: keys were left unsynced: the drain hit its time limit, or keys waiting
-//!   for a retry were dropped (the last line says how many);
+//! - 3: keys were left unsynced: the drain hit its time limit, or a key
+//!   whose sync had failed failed again on its last try during the drain
+//!   (the last line says how many);
 //! - 128 + the signal's number (130 for SIGINT, 143 for SIGTERM): a signal
 //!   during start-up, or a second signal, made it exit at once.
 
@@ -34,8 +35,8 @@ const EXIT_UNSYNCED: u8 = 3;
 /// One thread runs the controller: the watch and the workers. A sync is a
 /// cache read and a line, a fraction of a millisecond, so `--workers` syncs
 /// take turns at their awaits; on one thread a key goes from the informer to
-/// a worker without waking another thread (bench/profile.md found a third of a
-/// burst's CPU going to threads waking each other). A controller whose sync
+/// a worker without waking another thread (bench/profile.md measured what
+/// threads waking each other cost during a burst). A controller whose sync
 /// does heavy CPU work would want the multi-threaded runtime instead.
 ///
 /// Signals, probes and metrics run on a second, small thread (signals.rs), so

@@ -47,7 +47,8 @@ struct Metrics {
     cache_pods: Gauge,
 }
 
-/// client-go's buckets for both durations: 10 ns to 10 s, ten per decade.
+/// client-go's buckets for both durations: ten buckets from 10 ns to 10 s,
+/// one per decade.
 fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1e-8, 10.0, 10))
 }

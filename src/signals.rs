@@ -9,8 +9,10 @@
 //! and metrics (probes.rs), which the kubelet must get answers from whatever
 //! the workers are doing.
 //!
-//! The side thread never writes to stdout itself except on its way out: a
-//! write could block it exactly like the main thread.
+//! The side thread writes to stdout only on its way out and when a probe or
+//! metrics listener it already announced fails to start serving (a warning,
+//! probes.rs): a write could block it exactly like the main thread, so it
+//! never writes in the course of answering a probe or a signal.
 //!
 //! - The first signal is handed to the main thread, which logs it and starts
 //!   the graceful shutdown (in order with its other lines).
