@@ -5,7 +5,7 @@
 # workspace of its own), starts the control plane in target/bench-cluster, runs the
 # harness and always stops the control plane again, also on Ctrl-C (the
 # harness first kills its peers and deletes what it created).
-# The harness prints the tables and writes bench/results.md and
+# The harness prints the tables and writes bench/results.md, results.json and
 # bench/results.svg; it prints an estimate of its run time when it starts.
 #
 # Usage: bench/run.sh [--sizes 1000,10000] [--with-100k] [--burst 5000] [--idle 60s]

@@ -20,7 +20,7 @@ root=${DEMO_CONTROLLER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/demo-controller}/m
 bin=$root/bin/mdbook
 
 if [[ ! -x $bin ]]; then
-	echo "installing mdbook $version into $root (once: about 3 minutes on 2 cores)" >&2
+	echo "installing mdbook $version into $root (once, minutes: see book/src/appendix/setup.md)" >&2
 	# Into a temporary root, renamed at the end, so an interrupted install
 	# never leaves a binary that a later run would trust.
 	mkdir -p "$(dirname "$root")"

@@ -3,8 +3,8 @@
 # from the Go modules pinned in cluster/kube-apiserver and cluster/etcd, and
 # prints the directory that holds them.
 #
-# A cold build compiles all of kube-apiserver (about 7 minutes on 2 cores), so
-# the result is cached outside the checkout, under a key that hashes everything
+# A cold build compiles all of kube-apiserver (minutes: book/src/appendix/setup.md
+# has the recorded times), so the result is cached outside the checkout, under a key that hashes everything
 # that produced it: both go.mod/go.sum pairs, this script and the Go version.
 # Change any of them and the next run builds afresh; change nothing and every
 # later run (a new clone, CI on the same machine) reuses the binaries.
@@ -42,7 +42,7 @@ mkdir -p "$cache"
 tmp=$(mktemp -d "$cache/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-echo "building kube-apiserver $k8s_version and etcd $etcd_version from Go modules (cold build: about 7 minutes on 2 cores; cached in $cache)" >&2
+echo "building kube-apiserver $k8s_version and etcd $etcd_version from Go modules (once, minutes: see book/src/appendix/setup.md; cached in $cache)" >&2
 start=$SECONDS
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
 

@@ -55,6 +55,10 @@ done
 all_tests=$(test_names)
 require_matches "given to make test" ${filters[@]+"${filters[@]}"} <<<"$all_tests"
 
+# The benchmark harness's own unit tests (it writes results.json, which the
+# book's figures come from); a workspace of its own, built into target/ too.
+CARGO_TARGET_DIR=$repo/target cargo test --locked --manifest-path bench/harness/Cargo.toml
+
 # The control plane first (a cold build of it takes minutes), then the tests.
 # The node tests (node_*) run after them, against a real node of their own.
 bash cluster/up.sh --dir "$dir" >/dev/null

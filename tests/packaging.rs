@@ -100,3 +100,35 @@ fn building_the_control_plane_without_go_says_what_to_install() {
          (https://go.dev/dl) and run this again\n"
     );
 }
+
+/// The README's layout block names every folder of the repository and every
+/// module of src/ (a new one must be placed for a reader).
+#[test]
+fn the_readme_layout_names_every_folder_and_module() {
+    let readme = read("README.md");
+    let layout = readme.split("\n```text\nsrc/").nth(1).expect("the layout block, starting at src/");
+    let layout = format!("src/{}", &layout[..layout.find("\n```").expect("the layout block's end")]);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tracked = std::process::Command::new("git").arg("-C").arg(root).args(["ls-files"]).output();
+    // Only what git tracks (build output and caches are not the layout); a
+    // copy without git checks src/ alone.
+    let tracked = tracked.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let mut folders: Vec<String> = tracked
+        .lines()
+        .filter_map(|f| f.split_once('/').map(|(top, _)| top.to_string()))
+        .filter(|top| !top.starts_with('.'))
+        .collect();
+    folders.dedup();
+    for folder in folders {
+        assert!(layout.contains(&format!("{folder}/")), "the README's layout does not name {folder}/:\n{layout}");
+    }
+    for entry in std::fs::read_dir(root.join("src")).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let module = name.trim_end_matches(".rs");
+        if module == "lib" {
+            continue;
+        }
+        let named = if entry.path().is_dir() { format!("{module}/") } else { module.to_string() };
+        assert!(layout.contains(&named), "the README's layout does not name src/{name}:\n{layout}");
+    }
+}

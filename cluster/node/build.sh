@@ -6,7 +6,7 @@
 # Cached outside the checkout like cluster/build.sh's control plane, under a
 # key that hashes everything that produced them (go.mod, go.sum, this script,
 # the Go version): a new clone or CI on the same machine reuses them. Cold:
-# about 4 minutes on 2 cores with the apiserver's Go caches warm.
+# minutes (book/src/appendix/setup.md has the recorded times).
 set -euo pipefail
 
 if ! command -v go >/dev/null 2>&1; then
@@ -38,7 +38,7 @@ mkdir -p "$cache"
 tmp=$(mktemp -d "$cache/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-echo "building ${bins[*]} $k8s_version from Go modules (cold: about 4 minutes on 2 cores; cached in $cache)" >&2
+echo "building ${bins[*]} $k8s_version from Go modules (once, minutes: see book/src/appendix/setup.md; cached in $cache)" >&2
 start=$SECONDS
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
 minor=${k8s_version#v1.}

@@ -21,6 +21,7 @@ mod measure;
 mod peers;
 mod plot;
 mod process;
+mod record;
 mod report;
 
 use std::collections::BTreeMap;
@@ -88,7 +89,12 @@ struct Opts {
 
     /// The cluster to use, admin rights needed [default: $KUBECONFIG]
     #[arg(long, env = "KUBECONFIG")]
-    kubeconfig: PathBuf,
+    kubeconfig: Option<PathBuf>,
+
+    /// Measure nothing: write results.json beside the results.md given, read
+    /// back from its tables (for a results.md from before the harness wrote both)
+    #[arg(long)]
+    record_from: Option<PathBuf>,
 
     /// The cluster/up.sh directory of that cluster: needed for the API server's
     /// cost and the forced relist (which restarts kube-apiserver); n/a without
@@ -115,6 +121,18 @@ struct Opts {
 #[tokio::main]
 async fn main() {
     let mut opts = Opts::parse();
+    if let Some(md) = &opts.record_from {
+        let markdown = std::fs::read_to_string(md).unwrap_or_else(|e| {
+            eprintln!("error: cannot read {}: {e}", md.display());
+            std::process::exit(1);
+        });
+        write_record(&md.with_file_name("results.json"), &markdown);
+        return;
+    }
+    let Some(kubeconfig) = opts.kubeconfig.clone() else {
+        eprintln!("error: no cluster: set KUBECONFIG or pass --kubeconfig (bench/run.sh starts one and does)");
+        std::process::exit(2);
+    };
     if opts.with_100k {
         opts.sizes.push(100_000);
     }
@@ -125,7 +143,7 @@ async fn main() {
         std::process::exit(2);
     }
 
-    let client = cluster::client_for(&opts.kubeconfig).await;
+    let client = cluster::client_for(&kubeconfig).await;
     tokio::spawn(stop_on_signal(client.clone()));
     let server = match client.apiserver_version().await {
         Ok(info) => info.git_version,
@@ -157,7 +175,7 @@ async fn main() {
         eprintln!("bench: no --cluster-dir: the API server's cost and the relist are n/a");
     }
     let settings = Settings {
-        kubeconfig: &opts.kubeconfig,
+        kubeconfig: &kubeconfig,
         idle: opts.idle,
         resync: opts.idle + opts.resync_margin,
         burst: opts.burst,
@@ -240,7 +258,9 @@ async fn main() {
     println!("{}", report::targets(&results));
     std::fs::create_dir_all(&opts.out).expect("create the --out directory");
     let (md, svg) = (opts.out.join("results.md"), opts.out.join("results.svg"));
-    std::fs::write(&md, report::markdown(&results, &facts)).expect("write results.md");
+    let markdown = report::markdown(&results, &facts);
+    std::fs::write(&md, &markdown).expect("write results.md");
+    write_record(&opts.out.join("results.json"), &markdown);
     if let Err(e) = plot::draw(&results, &svg) {
         eprintln!("bench: drawing {} failed: {e}", svg.display());
         std::process::exit(1);
@@ -299,6 +319,15 @@ async fn stop_on_signal(client: kube::Client) {
         eprintln!("bench: cleanup did not finish within 30 s");
     }
     std::process::exit(130);
+}
+
+/// Writes results.json (see record.rs) from results.md's text.
+fn write_record(path: &std::path::Path, markdown: &str) {
+    let text = serde_json::to_string_pretty(&record::from_markdown(markdown)).unwrap_or_default();
+    if let Err(e) = std::fs::write(path, text + "\n") {
+        eprintln!("error: cannot write {}: {e}", path.display());
+        std::process::exit(1);
+    }
 }
 
 /// The facts results.md records, taken when the run starts.

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Measures how long the set-up's slow steps take from nothing, and records it
+# in book/src/appendix/setup-times.json, the one place the README and the
+# book quote these times from (tests/figures.rs renders them into the pages
+# and fails `make test` when a page differs from the record).
+#
+# Each step runs the project's own script, exactly as `make demo` and
+# `make test` run it, but against empty caches of its own in a fresh
+# directory (DEMO_CONTROLLER_CACHE, GOCACHE, GOMODCACHE, CARGO_HOME), so
+# nothing built before counts; the directory is removed at the end. Then each
+# step runs once more, warm, as every run after the first does.
+#
+#   control-plane   cluster/build.sh: kube-apiserver and etcd from Go modules
+#   start           cluster/up.sh: a start of the control plane, to ready
+#   mdbook          book/mdbook.sh: the pinned mdbook, built by cargo install
+#   node-binaries   cluster/node/build.sh: kubelet, scheduler, controller-
+#                   manager, kube-proxy (after control-plane: its Go caches
+#                   warm, as in a real first run)
+#   image           cluster/image.sh: the Dockerfile's image on local stand-in
+#                   bases (root only: the stand-ins need podman as root)
+#
+# Usage: cluster/setup-times.sh      (a few tens of minutes on 2 cores)
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+say() { echo "setup-times.sh: $*" >&2; }
+
+work=$(mktemp -d) # 0700, ours
+plane=$work/plane
+cleanup() {
+	[[ -d $plane ]] && bash cluster/down.sh --dir "$plane" >/dev/null 2>&1
+	# The image step's container store: let podman remove what it made in it.
+	if [[ -d $work/cache/podman/root ]]; then
+		podman --root "$work/cache/podman/root" --runroot "$work/cache/podman/runroot" system reset -f >/dev/null 2>&1 || true
+	fi
+	chmod -R u+w "$work" 2>/dev/null # Go's module cache is read-only
+	rm -rf --one-file-system "$work"
+}
+trap cleanup EXIT
+export DEMO_CONTROLLER_CACHE=$work/cache GOCACHE=$work/go-build GOMODCACHE=$work/go-mod CARGO_HOME=$work/cargo
+# cargo install needs the toolchain rustup chose; CARGO_HOME only moves its caches.
+export RUSTUP_TOOLCHAIN=${RUSTUP_TOOLCHAIN:-$(rustc --version | cut -d' ' -f2)}
+
+declare -A cold warm
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }'; } # whole seconds since $1
+# time_step NAME COMMAND...: runs it cold, then warm, recording each in whole seconds.
+time_step() {
+	local name=$1 t log=$work/$1.log
+	shift
+	say "$name: cold ..."
+	t=$EPOCHREALTIME
+	"$@" >"$log" 2>&1 || { tail -20 "$log" >&2; say "$name failed (above)"; exit 1; }
+	cold[$name]=$(since "$t")
+	t=$EPOCHREALTIME
+	"$@" >"$log" 2>&1 || { tail -20 "$log" >&2; say "$name failed warm (above)"; exit 1; }
+	warm[$name]=$(since "$t")
+	say "$name: ${cold[$name]} s cold, ${warm[$name]} s warm"
+}
+start_plane() { bash cluster/up.sh --dir "$plane" && bash cluster/down.sh --dir "$plane"; }
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+time_step control-plane bash cluster/build.sh
+time_step start start_plane
+time_step mdbook bash book/mdbook.sh --version
+time_step node-binaries bash cluster/node/build.sh
+if ((EUID == 0)); then
+	time_step image bash cluster/image.sh demo-controller:setup-times
+fi
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+out=book/src/appendix/setup-times.json
+{
+	echo "{"
+	echo "  \"written_by\": \"cluster/setup-times.sh\","
+	echo "  \"measured\": \"$(date -u '+%Y-%m-%d %H:%M UTC')\","
+	echo "  \"commit\": \"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\","
+	echo "  \"machine\": \"$(nproc) CPUs, $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr)\","
+	echo "  \"load\": \"load average $load_before when it started, $load_after when it ended\","
+	first=1
+	for kind in cold warm; do
+		echo "  \"$kind\": {"
+		declare -n times=$kind
+		names=(control-plane start mdbook node-binaries image)
+		sep=
+		for name in "${names[@]}"; do
+			[[ -n ${times[$name]:-} ]] || continue
+			printf '%s    "%s": %s' "$sep" "$name" "${times[$name]}"
+			sep=$',\n'
+		done
+		echo
+		if ((first)); then echo "  },"; else echo "  }"; fi
+		first=0
+	done
+	echo "}"
+} >"$out"
+say "recorded in $out; now run DEMO_CONTROLLER_BLESS=1 cargo test --test figures to update the pages that quote it"

@@ -1,0 +1,542 @@
+//! Measured figures are never typed by hand. Every figure the README, the
+//! book and the manifest quote from a measurement sits in a generated block,
+//!
+//! ```text
+//! <!-- figures: NAME -->            (Markdown)      # figures: NAME     (YAML)
+//! ...                                               ...
+//! <!-- /figures -->                                 # /figures
+//! ```
+//!
+//! whose text this test renders from its source: bench/results.json (written
+//! by `make bench`), book/src/appendix/setup-times.json (written by
+//! cluster/setup-times.sh) or the code itself (the tour's line counts). A
+//! block that differs from its rendering fails `make test`, naming the
+//! first line that differs; `DEMO_CONTROLLER_BLESS=1 cargo test --test
+//! figures` rewrites the blocks after a new benchmark run.
+//!
+//! It also holds the manifest's memory to the rule computed from the
+//! measurements: the limit at least 1.2x the relist peak and the request at
+//! least 1.1x the steady RSS, at the manifest's pod count, interpolated
+//! between the sizes the benchmark ran.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("read {path}: {e}"))
+}
+
+fn json(path: &str) -> Value {
+    serde_json::from_str(&read(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The pod count demo-controller.yaml's memory is sized for (a choice, not a
+/// measurement).
+const MANIFEST_PODS: f64 = 20_000.0;
+/// The limit's room above the measured relist peak.
+const LIMIT_HEADROOM: f64 = 1.2;
+/// The request's room above the measured steady RSS.
+const REQUEST_HEADROOM: f64 = 1.1;
+
+/// bench/results.json, the committed `make bench` run.
+struct Bench(Value);
+
+impl Bench {
+    fn load() -> Bench {
+        Bench(json("bench/results.json"))
+    }
+
+    /// The value of `metric` at `n` pods for the column `peer`.
+    fn get(&self, n: u64, metric: &str, peer: &str) -> Option<f64> {
+        self.row(n, metric)?["values"][peer].as_f64()
+    }
+
+    fn row(&self, n: u64, metric: &str) -> Option<&Value> {
+        self.0["loggers"].as_array()?.iter().find(|r| r["n"] == n && r["metric"] == metric)
+    }
+
+    fn at(&self, n: u64, metric: &str, peer: &str) -> f64 {
+        self.get(n, metric, peer).unwrap_or_else(|| panic!("bench/results.json has no {metric} for {peer} at {n}"))
+    }
+
+    /// The sizes the run measured, smallest first.
+    fn sizes(&self) -> Vec<u64> {
+        let mut sizes: Vec<u64> =
+            self.0["loggers"].as_array().into_iter().flatten().filter_map(|r| r["n"].as_u64()).collect();
+        sizes.dedup();
+        sizes
+    }
+
+    /// The largest of demo-controller's columns (every list mode and wire a
+    /// user may choose) for `metric` at `n` pods.
+    fn demo_max(&self, n: u64, metric: &str) -> f64 {
+        let row = self.row(n, metric).unwrap_or_else(|| panic!("bench/results.json has no {metric} at {n}"));
+        row["values"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(peer, _)| peer.starts_with("demo-controller"))
+            .filter_map(|(_, v)| v.as_f64())
+            .fold(f64::NAN, f64::max)
+    }
+
+    fn fact(&self, name: &str) -> &str {
+        self.0["facts"][name].as_str().unwrap_or_else(|| panic!("bench/results.json has no fact {name}"))
+    }
+}
+
+const STEADY: &str = "steady RSS after sync, VmRSS (MiB)";
+const RELIST: &str = "relist peak RSS, VmHWM (MiB)";
+
+/// A memory rule: `base` MiB plus `per_1000` MiB per 1,000 pods.
+#[derive(Debug, PartialEq)]
+struct Rule {
+    base: f64,
+    per_1000: f64,
+}
+
+impl Rule {
+    /// The smallest rule, in whole MiB and tenths of a MiB per 1,000 pods,
+    /// that stays at or above `headroom` times the measured values at every
+    /// size. Being a straight line above each measured point, it stays above
+    /// the straight line between two neighbouring points too.
+    fn fit(points: &[(f64, f64)], headroom: f64) -> Rule {
+        let need: Vec<(f64, f64)> = points.iter().map(|(n, v)| (n / 1000.0, v * headroom)).collect();
+        let slope = need.windows(2).map(|w| (w[1].1 - w[0].1) / (w[1].0 - w[0].0)).fold(0.0, f64::max);
+        let per_1000 = (slope * 10.0).ceil() / 10.0;
+        let base = need.iter().map(|(k, v)| v - per_1000 * k).fold(0.0, f64::max).ceil();
+        Rule { base, per_1000 }
+    }
+
+    fn mib(&self, pods: f64) -> f64 {
+        (self.base + self.per_1000 * pods / 1000.0).ceil()
+    }
+}
+
+/// The measured (pods, MiB) points of `metric`, demo-controller's largest column.
+fn points(bench: &Bench, metric: &str) -> Vec<(f64, f64)> {
+    bench.sizes().into_iter().map(|n| (n as f64, bench.demo_max(n, metric))).collect()
+}
+
+/// Linear interpolation of `points` at `pods` (which must lie within them).
+fn interpolate(points: &[(f64, f64)], pods: f64) -> f64 {
+    let w = points.windows(2).find(|w| w[0].0 <= pods && pods <= w[1].0).expect("pods within the measured sizes");
+    w[0].1 + (w[1].1 - w[0].1) * (pods - w[0].0) / (w[1].0 - w[0].0)
+}
+
+fn rules(bench: &Bench) -> (Rule, Rule) {
+    (Rule::fit(&points(bench, STEADY), REQUEST_HEADROOM), Rule::fit(&points(bench, RELIST), LIMIT_HEADROOM))
+}
+
+/// 12345 -> "12,345"
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+// --- The blocks -------------------------------------------------------------
+
+/// operations.md: the memory rule, its inputs and the manifest's values.
+fn memory_rule() -> String {
+    let bench = Bench::load();
+    let (request, limit) = rules(&bench);
+    let mut out = format!(
+        "**Memory for N pods.** The manifest follows one rule, computed from the committed benchmark run\n\
+         (`bench/results.json`, started {}; the largest of demo-controller's four columns at each size):\n\n\
+         | pods | steady RSS (MiB) | relist peak (MiB) | request (rule) | limit (rule) |\n\
+         |---:|---:|---:|---:|---:|\n",
+        bench.fact("started")
+    );
+    for n in bench.sizes() {
+        let pods = n as f64;
+        out += &format!(
+            "| {} | {:.1} | {:.1} | {} MiB | {} MiB |\n",
+            thousands(n),
+            bench.demo_max(n, STEADY),
+            bench.demo_max(n, RELIST),
+            request.mib(pods),
+            limit.mib(pods)
+        );
+    }
+    out += &format!(
+        "\nrequest = {} MiB + {} MiB per 1,000 pods (at least {REQUEST_HEADROOM}x the steady RSS), limit = {} MiB + {} MiB\n\
+         per 1,000 pods (at least {LIMIT_HEADROOM}x the peak of a relist, when the old and the new list are both in memory).\n\
+         `demo-controller.yaml` sets it for {} pods: {}Mi / {}Mi.\n",
+        request.base,
+        request.per_1000,
+        limit.base,
+        limit.per_1000,
+        thousands(MANIFEST_PODS as u64),
+        request.mib(MANIFEST_PODS),
+        limit.mib(MANIFEST_PODS)
+    );
+    out
+}
+
+/// demo-controller.yaml: the container's resources, from the same rule.
+fn manifest_memory() -> String {
+    let bench = Bench::load();
+    let (request, limit) = rules(&bench);
+    let i = "          ";
+    format!(
+        "{i}# Memory follows one rule, from the committed `make bench` run (the rule,\n\
+         {i}# its inputs and how it is computed: book/src/appendix/operations.md):\n\
+         {i}#   request = {} MiB + {} MiB per 1,000 pods   (>= {REQUEST_HEADROOM}x the steady RSS)\n\
+         {i}#   limit   = {} MiB + {} MiB per 1,000 pods   (>= {LIMIT_HEADROOM}x the relist peak)\n\
+         {i}# These values are that rule for a cluster of up to {} pods.\n\
+         {i}resources:\n\
+         {i}  requests:\n\
+         {i}    cpu: 10m\n\
+         {i}    memory: {}Mi\n\
+         {i}  limits:\n\
+         {i}    memory: {}Mi\n",
+        request.base,
+        request.per_1000,
+        limit.base,
+        limit.per_1000,
+        thousands(MANIFEST_PODS as u64),
+        request.mib(MANIFEST_PODS),
+        limit.mib(MANIFEST_PODS)
+    )
+}
+
+/// benchmarks.md: the committed run's facts and its targets table.
+fn bench_targets() -> String {
+    let bench = Bench::load();
+    let mut out = String::new();
+    for fact in ["started", "commit", "load when it started", "conditions", "parameters"] {
+        out += &format!("- {fact}: {}\n", bench.fact(fact));
+    }
+    let at = bench.0["targets_at"].as_u64().expect("targets_at");
+    out += &format!("\nChecked at N = {}.\n\n| target | measured | met |\n|---|---:|:---:|\n", thousands(at));
+    for t in bench.0["targets"].as_array().expect("targets") {
+        let met = t["met"].as_str().unwrap_or_default();
+        let met = if met == "missed" { "**missed**".to_string() } else { met.to_string() };
+        out += &format!(
+            "| {} | {} | {met} |\n",
+            t["target"].as_str().unwrap_or_default(),
+            t["measured"].as_str().unwrap_or_default()
+        );
+    }
+    out
+}
+
+/// benchmarks.md: the summary's figures.
+fn bench_summary() -> String {
+    let b = Bench::load();
+    let demo = "demo-controller";
+    let json = "demo-controller --wire json";
+    let (go_on, go_off) = ("client-go (WatchList on)", "client-go (WatchList off)");
+    let sync = "time to cache synced (ms)";
+    let better_go = |n| b.at(n, sync, go_on).min(b.at(n, sync, go_off));
+    let cpu = "CPU to sync (ms)";
+    let mut out = format!(
+        "At 10,000 pods demo-controller (protobuf, a streaming list) synced in {} ms against {} ms for JSON and {} ms for\n\
+         the better client-go mode, with {:.2}x the client CPU of JSON.",
+        thousands(b.at(10_000, sync, demo) as u64),
+        thousands(b.at(10_000, sync, json) as u64),
+        thousands(better_go(10_000) as u64),
+        b.at(10_000, cpu, demo) / b.at(10_000, cpu, json),
+    );
+    if b.get(100_000, sync, demo).is_some() {
+        let rss = |peer| b.at(100_000, STEADY, peer);
+        out += &format!(
+            " At 100,000 pods it synced in {} ms (client-go's better mode:\n{} ms) and held {:.0} MiB, against {:.0} to {:.0} MiB for client-go and {:.0} MiB for the kube-rs logger.",
+            thousands(b.at(100_000, sync, demo) as u64),
+            thousands(better_go(100_000) as u64),
+            rss(demo),
+            rss(go_on).min(rss(go_off)),
+            rss(go_on).max(rss(go_off)),
+            rss("kube-rs idiomatic"),
+        );
+    }
+    let missed: Vec<&str> = b.0["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["met"] == "missed")
+        .filter_map(|t| t["target"].as_str())
+        .collect();
+    out += &format!(
+        "\nTargets missed in this run: {}.\n",
+        if missed.is_empty() { "none".into() } else { missed.join("; ") }
+    );
+    out
+}
+
+/// Lines of code in `src/` as the tour counts them: up to a file's
+/// `#[cfg(test)]` module, neither blank nor a comment; test-only files
+/// (`tests.rs`) left out.
+fn code_lines(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .take_while(|l| !l.starts_with("#[cfg(test)]"))
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with("//"))
+        .count()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") && path.file_name().is_some_and(|n| n != "tests.rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// tour.md: how big src/ is.
+fn tour_count() -> String {
+    let mut files = Vec::new();
+    rust_files(&repo().join("src"), &mut files);
+    let all: usize = files.iter().map(|f| code_lines(f)).sum();
+    let core: usize = ["main", "controller", "informer", "queue", "worker"]
+        .iter()
+        .map(|f| code_lines(&repo().join(format!("src/{f}.rs"))))
+        .sum();
+    format!(
+        "How big it is: {} lines in `src/` that are neither blank nor comments, tests left out, and {} of them in the\n\
+         five files below. Counted with\n\n\
+         ```sh\n\
+         find src -name '*.rs' ! -name tests.rs | while read -r f; do awk '/^#\\[cfg\\(test\\)\\]/{{exit}} !/^[[:space:]]*(\\/\\/|$)/' \"$f\"; done | wc -l\n\
+         ```\n\n\
+         (each file up to its `#[cfg(test)]` module; use `src/{{main,controller,informer,queue,worker}}.rs` for the five).\n",
+        thousands(all as u64),
+        thousands(core as u64)
+    )
+}
+
+/// book/src/appendix/setup-times.json, written by cluster/setup-times.sh.
+struct Setup(Value);
+
+/// What each step of the record is, for the table.
+const SETUP_STEPS: &[(&str, &str)] = &[
+    ("control-plane", "kube-apiserver and etcd built from Go modules (`cluster/build.sh`)"),
+    ("start", "the control plane started to ready and stopped (`cluster/up.sh`, `down.sh`)"),
+    ("mdbook", "the pinned mdbook, `cargo install`ed (`book/mdbook.sh`)"),
+    ("node-binaries", "kubelet, scheduler, controller-manager, kube-proxy (`cluster/node/build.sh`, Go caches warm)"),
+    ("image", "the Dockerfile's image on local stand-in bases (`cluster/image.sh`, as root)"),
+];
+
+impl Setup {
+    fn load() -> Setup {
+        Setup(json("book/src/appendix/setup-times.json"))
+    }
+
+    fn seconds(&self, kind: &str, step: &str) -> Option<u64> {
+        self.0[kind][step].as_u64()
+    }
+
+    fn fact(&self, name: &str) -> &str {
+        self.0[name].as_str().unwrap_or_else(|| panic!("setup-times.json has no {name}"))
+    }
+}
+
+/// "412 s (6 min 52 s)"
+fn duration(s: u64) -> String {
+    if s < 120 { format!("{s} s") } else { format!("{s} s ({} min {} s)", s / 60, s % 60) }
+}
+
+/// setup.md: the whole record as a table.
+fn setup_times() -> String {
+    let r = Setup::load();
+    let mut out = format!(
+        "Measured {} at commit {} on {}; {}.\n\n| step | cold | warm |\n|---|---:|---:|\n",
+        r.fact("measured"),
+        r.fact("commit"),
+        r.fact("machine"),
+        r.fact("load")
+    );
+    for (step, what) in SETUP_STEPS {
+        let (Some(cold), Some(warm)) = (r.seconds("cold", step), r.seconds("warm", step)) else { continue };
+        out += &format!("| {what} | {} | {} |\n", duration(cold), duration(warm));
+    }
+    out
+}
+
+/// README.md: the first run's wait, from the same record.
+fn readme_setup() -> String {
+    let r = Setup::load();
+    let need = |kind, step| r.seconds(kind, step).unwrap_or_else(|| panic!("setup-times.json has no {kind} {step}"));
+    format!(
+        "The first run compiles kube-apiserver and etcd: **{}** on a machine with {} (cold, measured by\n\
+         `cluster/setup-times.sh`, the machine's load noted: [set-up times](book/src/appendix/setup.md)); the binaries\n\
+         are then cached under `~/.cache/demo-controller/control-plane/<hash of what built them>/`, and a start and\n\
+         stop take about {} s.\n",
+        duration(need("cold", "control-plane")),
+        r.fact("machine").split(',').next().unwrap_or_default(),
+        need("warm", "start").max(1)
+    )
+}
+
+/// A block's name, the file it must appear in, and its renderer.
+type Block = (&'static str, &'static str, fn() -> String);
+
+/// Every block this test renders.
+const BLOCKS: &[Block] = &[
+    ("memory-rule", "book/src/appendix/operations.md", memory_rule),
+    ("manifest-memory", "demo-controller.yaml", manifest_memory),
+    ("bench-targets", "book/src/appendix/benchmarks.md", bench_targets),
+    ("bench-summary", "book/src/appendix/benchmarks.md", bench_summary),
+    ("tour-count", "book/src/tour.md", tour_count),
+    ("setup-times", "book/src/appendix/setup.md", setup_times),
+    ("readme-setup", "README.md", readme_setup),
+];
+
+/// The files that may hold blocks.
+fn documents() -> Vec<PathBuf> {
+    let mut files = vec![repo().join("README.md"), repo().join("demo-controller.yaml")];
+    fn markdown(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                markdown(&path, out);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path);
+            }
+        }
+    }
+    markdown(&repo().join("book/src"), &mut files);
+    files
+}
+
+/// The begin and end marker of a block in `file`'s syntax.
+fn markers(file: &Path, name: &str) -> (String, String) {
+    if file.extension().is_some_and(|e| e == "md") {
+        (format!("<!-- figures: {name} -->"), "<!-- /figures -->".to_string())
+    } else {
+        (format!("# figures: {name}"), "# /figures".to_string())
+    }
+}
+
+/// Renders every block of `text` again; returns the new text and, per block
+/// that differed, its name and the first line that differs.
+fn render(file: &Path, text: &str) -> (String, Vec<String>) {
+    let (mut out, mut rest, mut differs) = (String::new(), text, Vec::new());
+    let begin = if file.extension().is_some_and(|e| e == "md") { "<!-- figures: " } else { "# figures: " };
+    while let Some(at) = rest.find(begin) {
+        let name_end = rest[at..].find('\n').map(|i| at + i).unwrap_or(rest.len());
+        // The name is the marker's first word; the rest of its line is free
+        // text (a YAML block says where it is generated).
+        let name = rest[at + begin.len()..name_end].split_whitespace().next().unwrap_or_default();
+        let (_, close) = markers(file, name);
+        let Some((_, _, render)) = BLOCKS.iter().find(|(n, _, _)| *n == name) else {
+            panic!("{}: no renderer for the block '{name}'", file.display());
+        };
+        let body_start = (name_end + 1).min(rest.len());
+        let close_at = rest[body_start..]
+            .find(&close)
+            .map(|i| body_start + i)
+            .unwrap_or_else(|| panic!("{}: the block '{name}' is not closed with {close}", file.display()));
+        // The end marker keeps the indentation of its line.
+        let line_start = rest[..close_at].rfind('\n').map_or(0, |i| i + 1);
+        let body = &rest[body_start..line_start];
+        let want = render();
+        if body != want {
+            let line = body.lines().zip(want.lines()).find(|(a, b)| a != b);
+            let detail = match line {
+                Some((got, want)) => format!("found:    {got}\n    rendered: {want}"),
+                None => format!("found {} lines, rendered {}", body.lines().count(), want.lines().count()),
+            };
+            differs.push(format!("{}: block '{name}':\n    {detail}", file.display()));
+        }
+        out.push_str(&rest[..body_start]);
+        out.push_str(&want);
+        rest = &rest[line_start..];
+    }
+    out.push_str(rest);
+    (out, differs)
+}
+
+#[test]
+fn every_quoted_figure_is_the_one_its_measurement_recorded() {
+    let bless = std::env::var("DEMO_CONTROLLER_BLESS").is_ok_and(|v| v == "1");
+    let mut differs = Vec::new();
+    for file in documents() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let (rendered, diff) = render(&file, &text);
+        if bless && rendered != text {
+            std::fs::write(&file, rendered).unwrap();
+        } else {
+            differs.extend(diff);
+        }
+    }
+    assert!(
+        differs.is_empty(),
+        "a quoted figure differs from what its source recorded (a figure is never typed by hand: run \
+         DEMO_CONTROLLER_BLESS=1 cargo test --test figures after a new measurement):\n{}",
+        differs.join("\n")
+    );
+    for (name, file, _) in BLOCKS {
+        let (open, _) = markers(Path::new(file), name);
+        assert!(read(file).contains(&open), "{file} lost its generated block '{name}'");
+    }
+}
+
+/// Kubernetes memory quantities as the manifest writes them: 96Mi, 1Gi.
+fn mebibytes(quantity: &str) -> f64 {
+    if let Some(mi) = quantity.strip_suffix("Mi") {
+        mi.parse().unwrap()
+    } else if let Some(gi) = quantity.strip_suffix("Gi") {
+        gi.parse::<f64>().unwrap() * 1024.0
+    } else {
+        panic!("a memory quantity in Mi or Gi: {quantity}")
+    }
+}
+
+#[test]
+fn the_manifest_memory_covers_the_measured_relist_peak() {
+    let bench = Bench::load();
+    let deployment = common_manifest().into_iter().find(|o| o["kind"] == "Deployment").expect("a Deployment");
+    let resources = &deployment["spec"]["template"]["spec"]["containers"][0]["resources"];
+    let request = mebibytes(resources["requests"]["memory"].as_str().expect("a memory request"));
+    let limit = mebibytes(resources["limits"]["memory"].as_str().expect("a memory limit"));
+    let peak = interpolate(&points(&bench, RELIST), MANIFEST_PODS);
+    let steady = interpolate(&points(&bench, STEADY), MANIFEST_PODS);
+    println!(
+        "figures: pods={MANIFEST_PODS} steady={steady:.1}MiB relist_peak={peak:.1}MiB request={request}Mi limit={limit}Mi"
+    );
+    assert!(limit >= LIMIT_HEADROOM * peak, "limit {limit} MiB < {LIMIT_HEADROOM} x the relist peak {peak:.1} MiB");
+    assert!(
+        request >= REQUEST_HEADROOM * steady,
+        "request {request} MiB < {REQUEST_HEADROOM} x the steady RSS {steady:.1} MiB"
+    );
+    // And the rule itself, at every size the benchmark ran.
+    let (request_rule, limit_rule) = rules(&bench);
+    for n in bench.sizes() {
+        let pods = n as f64;
+        assert!(limit_rule.mib(pods) >= LIMIT_HEADROOM * bench.demo_max(n, RELIST), "{limit_rule:?} at {n}");
+        assert!(request_rule.mib(pods) >= REQUEST_HEADROOM * bench.demo_max(n, STEADY), "{request_rule:?} at {n}");
+    }
+}
+
+#[test]
+fn a_fitted_rule_stays_above_every_point() {
+    let points = [(1000.0, 31.4), (10_000.0, 79.6), (100_000.0, 590.0)];
+    let rule = Rule::fit(&points, 1.2);
+    for (n, v) in points {
+        assert!(rule.mib(n) >= 1.2 * v, "{rule:?} at {n}");
+    }
+    assert!(rule.mib(20_000.0) >= 1.2 * interpolate(&points, 20_000.0));
+    assert_eq!(rule, Rule { base: 31.0, per_1000: 6.9 });
+}
+
+mod common;
+
+fn common_manifest() -> Vec<Value> {
+    common::manifest()
+}
