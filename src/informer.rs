@@ -318,8 +318,8 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// Pods are read in `wire`'s format: protobuf by default (protobuf/watch.rs,
 /// kube's watcher state machine over the API server's own encoding), or JSON
 /// through kube's watcher itself. The events are the same either way; a
-/// server that refuses protobuf (406, 415) is read as JSON from then on, with
-/// one line.
+/// server that refuses protobuf (406, 415), or an answer in another format (a
+/// proxy that rewrites Accept), is read as JSON from then on, with one line.
 ///
 /// A watch error never ends the program: it is logged with the server's
 /// reason and retried after the reconnect backoff ([`Backoff`]). We back off
@@ -588,10 +588,10 @@ pub enum Interruption {
     Silent,
 }
 
-/// A watch whose connection broke: kube's watcher resumes it from the last
-/// resourceVersion by itself, and tells nobody. Logged here, once per break,
-/// so that every outage that breaks the watch shows in the log, and counted
-/// as a watch error.
+/// A watch whose connection broke: the watcher (kube's for JSON, ours for
+/// protobuf) resumes it from the last resourceVersion by itself, and tells
+/// nobody. Logged here, once per break, so that every outage that breaks the
+/// watch shows in the log, and counted as a watch error.
 pub fn watch_interrupted(why: Interruption) {
     let reason = match why {
         Interruption::ClosedMidStream => {
