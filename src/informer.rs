@@ -904,6 +904,32 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn errors_that_send_the_watcher_back_to_empty_are_known() {
+        let api = |code: u16| kube::Error::Api(kube::core::Status { code, ..Default::default() }.boxed());
+        let refused = || {
+            let wire = crate::protobuf::WireError::FrameTooLarge { offset: 0, len: 1 << 30 };
+            kube::Error::ReadEvents(std::io::Error::new(std::io::ErrorKind::InvalidData, wire))
+        };
+        // Whatever the mode: a watch event without a resourceVersion, a
+        // failed page, a 410, a refused protobuf frame.
+        for streaming in [false, true] {
+            assert!(leaves_empty(&watcher::Error::NoResourceVersion, streaming, true));
+            assert!(leaves_empty(&watcher::Error::InitialListFailed(api(500)), streaming, true));
+            assert!(leaves_empty(
+                &watcher::Error::WatchError(Box::new(kube::core::Status::failure("", "").with_code(410))),
+                streaming,
+                true
+            ));
+            assert!(leaves_empty(&watcher::Error::WatchFailed(refused()), streaming, true));
+            // A watch that resumes stays where it was.
+            assert!(!leaves_empty(&watcher::Error::WatchStartFailed(api(500)), streaming, true));
+            assert!(!leaves_empty(&watcher::Error::WatchFailed(api(500)), streaming, true));
+        }
+        // The watch that carries a streaming list, before it finished.
+        assert!(leaves_empty(&watcher::Error::WatchStartFailed(api(500)), true, false));
+    }
+
+    #[test]
     fn a_410_relists_at_once_but_a_410_after_nothing_backs_off() {
         let (mut expiries, mut backoff, now) = (Expiries::default(), Backoff::default(), Instant::now());
         assert_eq!(expiries.next_relist(&mut backoff, now, 0.0), None, "routine: relist at once");
