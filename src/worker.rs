@@ -162,6 +162,9 @@ impl Worker {
                 Ok(true) => left.push((uid, t.pod.metadata.resource_version.as_deref().unwrap_or_default())),
                 Ok(false) => {}
                 Err(e) => {
+                    // The server's (or a proxy's) words, cleaned for the line.
+                    let e = e.to_string();
+                    let e = cleaned(&e, 2 * crate::describe::MESSAGE_CHARS);
                     warn!(%key, "cannot tell whether {key} was deleted or left the selector ({e}): a plain onDelete follows")
                 }
             }
