@@ -336,7 +336,8 @@ impl Requests {
         // asks its first list at 0, served from the API server's watch cache:
         // so do we, for the first page of a first list (ListSemantic::Any,
         // which the informer sets only while there is no earlier state).
-        if params.resource_version.as_deref() == Some("0") && params.continue_token.is_none() {
+        let dropped_by_kube = params.limit.is_some() && params.continue_token.is_none();
+        if params.resource_version.as_deref() == Some("0") && dropped_by_kube {
             let uri = format!("{}&resourceVersion=0", request.uri());
             let invalid = |e: http::uri::InvalidUri| kube::Error::BuildRequest(BuildError::BuildRequest(e.into()));
             *request.uri_mut() = uri.parse().map_err(invalid)?;
@@ -473,4 +474,48 @@ fn frames(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(content_type: &str, encoding: Option<&str>) -> http::Response<Body> {
+        // From bytes: a header may carry any byte but a control (a tab aside).
+        let content_type = HeaderValue::from_bytes(content_type.as_bytes()).unwrap();
+        let mut response = http::Response::builder().header(CONTENT_TYPE, content_type);
+        if let Some(encoding) = encoding {
+            response = response.header(CONTENT_ENCODING, encoding);
+        }
+        response.body(Body::empty()).unwrap()
+    }
+
+    /// What came back, as the informer's line names it; None when accepted.
+    fn verdict(expect: Expect, content_type: &str, encoding: Option<&str>) -> Option<String> {
+        let error = expect.check(answer(content_type, encoding)).err()?;
+        refuses_protobuf(&watcher::Error::InitialListFailed(error))
+    }
+
+    #[test]
+    fn only_protobuf_is_read_as_protobuf() {
+        let pb = "application/vnd.kubernetes.protobuf";
+        assert_eq!(verdict(Expect::List, pb, None), None);
+        assert_eq!(verdict(Expect::List, pb, Some("identity")), None);
+        assert_eq!(verdict(Expect::Watch, "application/vnd.kubernetes.protobuf;stream=watch", None), None);
+        assert_eq!(verdict(Expect::Watch, "Application/Vnd.Kubernetes.Protobuf; stream=watch", None), None);
+        let refused = |t: &str, e: Option<&str>| {
+            let tail = e.map(|e| format!(" and Content-Encoding {e:?}")).unwrap_or_default();
+            Some(format!(
+                "pods were asked for in protobuf, but the answer to a request for protobuf came with Content-Type {t:?}{tail}"
+            ))
+        };
+        assert_eq!(verdict(Expect::List, "application/json", None), refused("application/json", None));
+        assert_eq!(verdict(Expect::List, pb, Some("gzip")), refused(pb, Some("gzip")));
+        // A list where a watch was asked for, and the other way round.
+        assert_eq!(verdict(Expect::Watch, pb, None), refused(pb, None));
+        let stream = "application/vnd.kubernetes.protobuf;stream=watch";
+        assert_eq!(verdict(Expect::List, stream, None), refused(stream, None));
+        // What came back is cleaned before it is named.
+        assert_eq!(verdict(Expect::List, "text/html\t\u{202e}lmth", None), refused(r"text/html\t\u{202e}lmth", None));
+    }
 }
