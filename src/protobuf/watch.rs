@@ -496,6 +496,15 @@ mod tests {
         refuses_protobuf(&watcher::Error::InitialListFailed(error))
     }
 
+    #[tokio::test]
+    async fn a_body_is_read_no_further_than_its_cap() {
+        let body = || Body::from(vec![7u8; 100]);
+        let (bytes, whole) = read_at_most(body(), 10).await.unwrap();
+        assert_eq!((bytes.len(), whole), (10, false));
+        let (bytes, whole) = read_at_most(body(), 100).await.unwrap();
+        assert_eq!((bytes.len(), whole), (100, true));
+    }
+
     #[test]
     fn only_protobuf_is_read_as_protobuf() {
         let pb = "application/vnd.kubernetes.protobuf";
