@@ -39,13 +39,14 @@ pub struct Args {
 
     /// List pods with paged LIST requests, never a streaming list (a watch
     /// that sends the existing pods first: used by default for the first list,
-    /// with paged LIST where the server refuses it or cuts it short; relists
-    /// are always paged)
+    /// with paged LIST where the server refuses it or cuts it short, or where
+    /// protobuf falls back to json; relists are always paged)
     #[arg(long)]
     pub paged_list: bool,
 
     /// The format pods are read in: protobuf, the API server's own (smaller, and cheaper
-    /// for the server to encode), or json. Where the server refuses protobuf: json
+    /// for the server to encode), or json. Where the server refuses protobuf, or an answer
+    /// comes back in another format (a proxy that rewrites it): json, with one warning
     #[arg(long, value_name = "FORMAT", value_enum, default_value_t = Wire::Protobuf, env = "DEMO_CONTROLLER_WIRE")]
     pub wire: Wire,
 

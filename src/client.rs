@@ -45,7 +45,10 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(54);
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One line for a watch error, with the server's own reason and a hint where
-/// we know the fix.
+/// we know the fix. Every text in it that came from the server or a proxy (a
+/// Status's message and reason, an error page, an error's chain) is cleaned
+/// and cut first (describe.rs): an HTML page or an escape sequence in an error
+/// body never reaches a WARN line as it is.
 pub fn describe(error: &watcher::Error) -> String {
     let (doing, error) = match error {
         watcher::Error::InitialListFailed(e) => ("listing pods", e),
@@ -54,7 +57,9 @@ pub fn describe(error: &watcher::Error) -> String {
         watcher::Error::WatchError(status) => {
             return format!(
                 "the watch was closed by the server: {} ({}, {})",
-                status.message, status.reason, status.code
+                message(&status.message),
+                word(&status.reason),
+                status.code
             );
         }
         watcher::Error::NoResourceVersion => return error.to_string(),
@@ -62,23 +67,35 @@ pub fn describe(error: &watcher::Error) -> String {
     match error {
         kube::Error::Api(status) if status.code == 403 => format!(
             "{doing} is forbidden: {} (grant list and watch on pods to this identity: see demo-controller.yaml)",
-            status.message
+            message(&status.message)
         ),
         kube::Error::Api(status) => {
-            format!("{doing} failed: {} ({}, {})", status.message, status.reason, status.code)
+            format!("{doing} failed: {} ({}, {})", message(&status.message), word(&status.reason), status.code)
         }
         other if timed_out(other) => format!(
             "{doing} failed: the API server did not answer in time (connect timeout {}s, read timeout {}s): the request is abandoned",
             STARTUP_TIMEOUT.as_secs(),
             READ_TIMEOUT.as_secs()
         ),
-        other => format!("{doing} failed: {}", chain(other)),
+        other => {
+            format!("{doing} failed: {}", crate::describe::cleaned(&chain(other), 2 * crate::describe::MESSAGE_CHARS))
+        }
     }
+}
+
+/// A message from the server or a proxy, fit for one line.
+fn message(text: &str) -> std::borrow::Cow<'_, str> {
+    crate::describe::cleaned(text.trim(), crate::describe::MESSAGE_CHARS)
+}
+
+/// A reason (`NotFound`, `Forbidden`), fit for one line.
+fn word(text: &str) -> std::borrow::Cow<'_, str> {
+    crate::describe::cleaned(text, crate::describe::WORD_CHARS)
 }
 
 /// Whether an error is our connect or read timeout firing (somewhere in its
 /// chain; layers of hyper and io errors wrap it).
-fn timed_out(error: &(dyn StdError + 'static)) -> bool {
+pub fn timed_out(error: &(dyn StdError + 'static)) -> bool {
     let mut next: Option<&(dyn StdError + 'static)> = Some(error);
     while let Some(e) = next {
         if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut) {
@@ -171,7 +188,7 @@ pub async fn connect(kubeconfig: Option<PathBuf>, context: Option<String>) -> Re
         Err(kube::Error::Api(status)) if status.code == 401 && anonymous => Err(ClientError::NoCredentials { url }),
         Err(kube::Error::Api(status)) if status.code == 401 => Err(ClientError::Unauthorized { url }),
         Err(kube::Error::Api(status)) if status.code == 403 => {
-            Err(ClientError::Forbidden { url, message: status.message.clone() })
+            Err(ClientError::Forbidden { url, message: message(&status.message).into_owned() })
         }
         Err(kube::Error::Api(status)) if status.code == 404 => Err(ClientError::NotKubernetes {
             url,
@@ -179,9 +196,11 @@ pub async fn connect(kubeconfig: Option<PathBuf>, context: Option<String>) -> Re
         }),
         Err(kube::Error::Api(status)) => Err(ClientError::NotKubernetes {
             url,
-            reason: format!("GET /version answered {} {}", status.code, status.message),
+            reason: format!("GET /version answered {} {}", status.code, message(&status.message)),
         }),
-        Err(e @ kube::Error::SerdeError(_)) => Err(ClientError::NotKubernetes { url, reason: chain(&e) }),
+        Err(e @ kube::Error::SerdeError(_)) => {
+            Err(ClientError::NotKubernetes { url, reason: message(&chain(&e)).into_owned() })
+        }
         Err(e) if timed_out(&e) => Err(no_answer(url)),
         Err(e) => {
             let reason = chain(&e);

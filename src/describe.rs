@@ -142,16 +142,42 @@ impl<'de> Deserialize<'de> for Text {
     }
 }
 
+/// A name, a namespace, a node or a label is cut after this many characters:
+/// the longest the API server accepts (a DNS subdomain, 253), so a real one
+/// is never cut; only a proxy or a broken server can send longer.
+pub const NAME_CHARS: usize = 253;
+
 /// Characters that would break a line or fool a reader: control characters
-/// (newline, carriage return, escape...), the Unicode line separators, and the
-/// bidirectional overrides that make text display in another order than it is.
+/// (newline, carriage return, escape...), the Unicode line separators, the
+/// bidirectional marks and overrides that make text display in another order
+/// than it is (U+061C, the Arabic letter mark, among them), and the
+/// zero-width characters that make two different texts look the same
+/// (U+200B..U+200D, the word joiner U+2060, the byte-order mark U+FEFF).
 fn hostile(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{feff}'
+        )
 }
 
 fn needs_cleaning(raw: &str, max_chars: usize) -> bool {
     raw.len() > max_chars || raw.chars().any(hostile)
+}
+
+/// The one cleaning of text that comes from the server, or from whatever
+/// stands between it and us (a proxy's error page, a Content-Type): `raw` as
+/// is when it is already fit for a line, else [`clean`]ed. Every such text
+/// goes through here (or through [`Word`] and [`Text`], which call [`clean`])
+/// before it reaches a log line: names and namespaces, the phase, the node,
+/// labels, reasons and messages, error bodies.
+pub fn cleaned(raw: &str, max_chars: usize) -> std::borrow::Cow<'_, str> {
+    if needs_cleaning(raw, max_chars) { std::borrow::Cow::Owned(clean(raw, max_chars)) } else { raw.into() }
 }
 
 /// `raw` made fit for one line: each hostile character written as its Rust

@@ -65,6 +65,8 @@ struct Inner {
     /// store's own count may be higher by the time that line is written: the
     /// informer goes on applying watch events meanwhile.
     first_list: Option<usize>,
+    /// Pods whose last status could not be read, so that it is said once.
+    unreadable: HashSet<Key>,
 }
 
 /// The last state of a pod that left the cache.
@@ -90,8 +92,14 @@ pub struct Snapshot {
 impl Cache {
     pub fn new() -> Arc<Cache> {
         let (store, writer) = reflector::store();
-        let inner =
-            Inner { writer, tombstones: HashMap::new(), initial: HashSet::new(), selector: None, first_list: None };
+        let inner = Inner {
+            writer,
+            tombstones: HashMap::new(),
+            initial: HashSet::new(),
+            selector: None,
+            first_list: None,
+            unreadable: HashSet::new(),
+        };
         Arc::new(Cache { store, inner: Mutex::new(inner) })
     }
 
@@ -136,6 +144,12 @@ impl Cache {
     /// keys that need a sync.
     pub fn apply(&self, event: Event<Pod>) -> Vec<Key> {
         let mut inner = self.lock();
+        let event = match event {
+            Event::Apply(pod) => Event::Apply(self.mend_status(&mut inner, pod)),
+            Event::InitApply(pod) => Event::InitApply(self.mend_status(&mut inner, pod)),
+            Event::Delete(pod) => Event::Delete(self.mend_status(&mut inner, pod)),
+            other => other,
+        };
         match &event {
             // client-go's OnAdd *and* OnUpdate: the worker tells them apart.
             Event::Apply(pod) => {
@@ -148,6 +162,7 @@ impl Cache {
             // the change, old labels and all, only with the new
             // resourceVersion: nothing in it tells the two cases apart.
             Event::Delete(pod) => {
+                inner.unreadable.remove(&Key::of(pod));
                 inner.writer.apply_watcher_event(&event);
                 let ask_why = inner.selector.is_some();
                 let tombstone = Tombstone { pod: Arc::new(pod.clone()), ask_why };
@@ -199,6 +214,27 @@ impl Cache {
         }
     }
     // ANCHOR_END: apply
+
+    /// A pod whose status could not be read (protobuf/mod.rs) keeps the
+    /// status the cache had for it, so the next line does not read "phase
+    /// Running -> Unknown" for a status that did not change as far as we
+    /// know. Said once per pod, until its status reads again.
+    fn mend_status(&self, inner: &mut Inner, mut pod: Pod) -> Pod {
+        let key = Key::of(&pod);
+        let Some(why) = pod.unreadable_status.take() else {
+            if !inner.unreadable.is_empty() {
+                inner.unreadable.remove(&key);
+            }
+            return pod;
+        };
+        let known = self.store.get(&ObjectRef::from_obj(&pod)).filter(|known| known.metadata.uid == pod.metadata.uid);
+        pod.status = known.and_then(|known| known.status.clone());
+        if inner.unreadable.insert(key.clone()) {
+            let kept = if pod.status.is_some() { "keeping the one it had" } else { "it has none yet" };
+            warn!(%key, "the status of {key} could not be read ({why}): {kept}");
+        }
+        pod
+    }
 
     /// Everything the worker needs for `key`. Takes nothing: see [`commit`].
     ///
@@ -282,8 +318,8 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// Pods are read in `wire`'s format: protobuf by default (protobuf/watch.rs,
 /// kube's watcher state machine over the API server's own encoding), or JSON
 /// through kube's watcher itself. The events are the same either way; a
-/// server that refuses protobuf (406, 415) is read as JSON from then on, with
-/// one line.
+/// server that refuses protobuf (406, 415), or an answer in another format (a
+/// proxy that rewrites Accept), is read as JSON from then on, with one line.
 ///
 /// A watch error never ends the program: it is logged with the server's
 /// reason and retried after the reconnect backoff ([`Backoff`]). We back off
@@ -295,20 +331,31 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// sends the existing pods first, then the changes): quick, and served from
 /// the API server's watch cache at resourceVersion "0" ("any freshness"), so a
 /// pod created just before start-up can miss it and arrive as an event a
-/// moment later (a plain onAdd, not `initial_list=true`). Three things end the
+/// moment later (a plain onAdd, not `initial_list=true`). Four things end the
 /// streaming mode for good, each with one line:
 /// - a server that refuses streaming lists;
+/// - a server (or a proxy) that will not give us pods in protobuf: JSON is
+///   read from then on, with a paged LIST (kube's JSON watcher could not fall
+///   back from a refused streaming list by itself);
 /// - a streaming list the server ended before its end marker: the server
 ///   closes every watch after [`WATCH_TIMEOUT_SECS`], also one still sending
 ///   the list, so a list that takes longer (a big cluster, a slow link) would
 ///   start over forever; a paged LIST has no such limit, each page is a request
 ///   of its own;
 /// - a relist. A relist is needed when the watch cannot resume (410 Gone: the
-///   server compacted the history it would resume from). It is a paged LIST
-///   without a resourceVersion: a consistent read, never older than what the
-///   watch already delivered. (kube's streaming relist asks at "0" again, and a
-///   lagging watch cache could then hand us a list older than our store:
-///   phantom deletes, updates that go backwards.)
+///   server compacted the history it would resume from), and after any error
+///   that sends the watcher back to its start once a list completed (a watch
+///   event without a resourceVersion, a protobuf frame refused). It is a paged
+///   LIST without a resourceVersion: a consistent read, never older than what
+///   the watch already delivered. (kube's streaming relist asks at "0" again,
+///   and a lagging watch cache could then hand us a list older than our
+///   store: phantom deletes, updates that go backwards.)
+///
+/// A first list that is paged (`--paged-list`, or after one of the first
+/// two) asks at resourceVersion "0", as client-go's does: served from the
+/// API server's watch cache, with nothing earlier to go back from. (On
+/// protobuf, that is. kube leaves a resourceVersion of "0" out of a LIST that
+/// has a limit, so on `--wire json` every paged list is a consistent read.)
 ///
 /// A list that takes long logs its progress every [`PROGRESS_EVERY`].
 pub async fn run(
@@ -330,8 +377,13 @@ pub async fn run(
     progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut expiries = Expiries::default();
     let mut list = ListProgress::default();
+    // Whether a list ever completed: from then on there is a state to go
+    // back from, and every list must be consistent.
+    let mut listed = false;
     loop {
         let streaming = config.initial_list_strategy == InitialListStrategy::StreamingList;
+        // Whether this watcher has finished a list since its last start.
+        let mut watcher_listed = false;
         let mut events = protobuf::watch::events(wire, protobuf_accept.as_deref(), api.clone(), config.clone());
         let delay = loop {
             let next = tokio::select! {
@@ -363,14 +415,19 @@ pub async fn run(
                     if matches!(event, Event::Apply(_) | Event::Delete(_) | Event::InitDone) {
                         probes::watch_error(None);
                     }
+                    match event {
+                        Event::Init => watcher_listed = false,
+                        Event::InitDone => (listed, watcher_listed) = (true, true),
+                        _ => {}
+                    }
                     expiries.track(&event);
                     list.track(&event);
                     queue.add_all(cache.apply(event));
                     metrics::cache_pods(cache.store().len());
                 }
                 Some(Err(error)) if wire == Wire::Protobuf && protobuf::watch::refuses_protobuf(&error).is_some() => {
-                    let answer = protobuf::watch::refuses_protobuf(&error).unwrap_or_default();
-                    warn!("the API server refuses pods in protobuf ({answer}): reading them as JSON instead");
+                    let why = protobuf::watch::refuses_protobuf(&error).unwrap_or_default();
+                    warn!("{why}: reading them as JSON instead");
                     wire = Wire::Json;
                     break None;
                 }
@@ -380,6 +437,17 @@ pub async fn run(
                         crate::client::describe(&error)
                     );
                     break None;
+                }
+                Some(Err(error)) if protobuf::watch::refused(&error) => {
+                    // Bytes we will not decode (a frame too long or too
+                    // costly, a LIST page too big): the watcher went back to
+                    // Empty. Relist, paged and consistent; at once unless the
+                    // last relist brought nothing either (as for a 410).
+                    let reason = crate::client::describe(&error);
+                    warn!("watch failed: {reason}; relisting");
+                    metrics::watch_error();
+                    probes::watch_error(Some(reason));
+                    break expiries.next_relist(&mut backoff, Instant::now(), random_fraction());
                 }
                 Some(Err(error)) if expired(&error) => {
                     // Routine: etcd compacts its history (every 5 minutes by
@@ -396,6 +464,13 @@ pub async fn run(
                     warn!(retry_in = ?delay, "watch failed: {reason}; retrying in {delay:?}");
                     metrics::watch_error();
                     probes::watch_error(Some(reason));
+                    // The watcher is back at its start (Empty) with a list
+                    // behind us: it would relist as it began (a streaming
+                    // list at "0", any freshness). Rebuild it, as after a
+                    // 410, in paged, consistent mode.
+                    if listed && leaves_empty(&error, streaming, watcher_listed) {
+                        break Some(delay);
+                    }
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
                         _ = tokio::time::sleep(delay) => {}
@@ -407,9 +482,11 @@ pub async fn run(
                 }
             }
         };
-        // A new watcher, in paged, consistent mode (see above).
+        // A new watcher, in paged mode; consistent once a list completed
+        // (see above). Before that, its list is still the first one, which
+        // has no earlier state to go back from: at "0", from the watch cache.
         config.initial_list_strategy = InitialListStrategy::ListWatch;
-        config.list_semantic = watcher::ListSemantic::MostRecent;
+        config.list_semantic = if listed { watcher::ListSemantic::MostRecent } else { watcher::ListSemantic::Any };
         if let Some(delay) = delay {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -511,10 +588,10 @@ pub enum Interruption {
     Silent,
 }
 
-/// A watch whose connection broke: kube's watcher resumes it from the last
-/// resourceVersion by itself, and tells nobody. Logged here, once per break,
-/// so that every outage that breaks the watch shows in the log, and counted
-/// as a watch error.
+/// A watch whose connection broke: the watcher (kube's for JSON, ours for
+/// protobuf) resumes it from the last resourceVersion by itself, and tells
+/// nobody. Logged here, once per break, so that every outage that breaks the
+/// watch shows in the log, and counted as a watch error.
 pub fn watch_interrupted(why: Interruption) {
     let reason = match why {
         Interruption::ClosedMidStream => {
@@ -528,6 +605,20 @@ pub fn watch_interrupted(why: Interruption) {
     warn!("watch interrupted: {reason}; resuming from the last resourceVersion");
     metrics::watch_error();
     probes::watch_error(Some(reason));
+}
+
+/// Whether `error` left the watcher (kube's or ours, the same state machine)
+/// back at its start, Empty, so that its next poll lists again as it first
+/// did. `streaming`: the watcher was built for streaming lists;
+/// `watcher_listed`: it finished a list since its last start.
+fn leaves_empty(error: &watcher::Error, streaming: bool, watcher_listed: bool) -> bool {
+    match error {
+        watcher::Error::NoResourceVersion | watcher::Error::InitialListFailed(_) => true,
+        watcher::Error::WatchError(status) => status.code == 410,
+        // The watch that carries a streaming list failed to start.
+        watcher::Error::WatchStartFailed(_) => streaming && !watcher_listed,
+        watcher::Error::WatchFailed(_) => protobuf::watch::refused(error),
+    }
 }
 
 /// A 410 Gone: the resourceVersion the watch resumes from is no longer held
@@ -813,6 +904,32 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn errors_that_send_the_watcher_back_to_empty_are_known() {
+        let api = |code: u16| kube::Error::Api(kube::core::Status { code, ..Default::default() }.boxed());
+        let refused = || {
+            let wire = crate::protobuf::WireError::FrameTooLarge { offset: 0, len: 1 << 30 };
+            kube::Error::ReadEvents(std::io::Error::new(std::io::ErrorKind::InvalidData, wire))
+        };
+        // Whatever the mode: a watch event without a resourceVersion, a
+        // failed page, a 410, a refused protobuf frame.
+        for streaming in [false, true] {
+            assert!(leaves_empty(&watcher::Error::NoResourceVersion, streaming, true));
+            assert!(leaves_empty(&watcher::Error::InitialListFailed(api(500)), streaming, true));
+            assert!(leaves_empty(
+                &watcher::Error::WatchError(Box::new(kube::core::Status::failure("", "").with_code(410))),
+                streaming,
+                true
+            ));
+            assert!(leaves_empty(&watcher::Error::WatchFailed(refused()), streaming, true));
+            // A watch that resumes stays where it was.
+            assert!(!leaves_empty(&watcher::Error::WatchStartFailed(api(500)), streaming, true));
+            assert!(!leaves_empty(&watcher::Error::WatchFailed(api(500)), streaming, true));
+        }
+        // The watch that carries a streaming list, before it finished.
+        assert!(leaves_empty(&watcher::Error::WatchStartFailed(api(500)), true, false));
+    }
+
+    #[test]
     fn a_410_relists_at_once_but_a_410_after_nothing_backs_off() {
         let (mut expiries, mut backoff, now) = (Expiries::default(), Backoff::default(), Instant::now());
         assert_eq!(expiries.next_relist(&mut backoff, now, 0.0), None, "routine: relist at once");
@@ -845,6 +962,38 @@ pub(crate) mod tests {
         assert_eq!((list.pods, list.elapsed()), (0, PROGRESS_EVERY));
         list.track(&Event::InitDone);
         assert!(list.started.is_none() && !list.reported);
+    }
+
+    #[test]
+    fn a_status_that_could_not_be_read_keeps_the_one_before() {
+        use crate::describe::{Text, Word};
+        let cache = Cache::new();
+        let mut running = pod("a", "p", "u1", "1");
+        running.status = Some(crate::pod::Status { phase: Some(Word::new("Running")), ..Default::default() });
+        cache.apply(Event::Init);
+        cache.apply(Event::InitApply(running.clone()));
+        cache.apply(Event::InitDone);
+        let mut unreadable = pod("a", "p", "u1", "2");
+        unreadable.unreadable_status = Some(Text::new("bad protobuf in the PodStatus at byte 0"));
+        cache.apply(Event::Apply(unreadable.clone()));
+        let kept = cache.read(&key("a", "p")).current.unwrap();
+        assert_eq!(kept.resource_version().as_deref(), Some("2"), "the rest of the update is taken");
+        assert_eq!(kept.status, running.status, "the status it had is kept");
+        assert_eq!(kept.unreadable_status, None);
+        assert_eq!(cache.held(), (0, 1));
+        assert!(cache.lock().unreadable.contains(&key("a", "p")), "said once, until it reads again");
+        cache.apply(Event::Apply(pod("a", "p", "u1", "3")));
+        assert!(cache.lock().unreadable.is_empty());
+    }
+
+    #[test]
+    fn an_error_page_reaches_a_line_cleaned_and_cut() {
+        let page = format!("<html>\n<body>\u{1b}[31mBad Gateway\r\n{}</body>", "x".repeat(1 << 20));
+        let status = kube::core::Status::failure(&page, "Bad\nGateway").with_code(502);
+        let line = crate::client::describe(&watcher::Error::InitialListFailed(kube::Error::Api(status.boxed())));
+        assert!(line.starts_with(r"listing pods failed: <html>\n<body>\u{1b}[31mBad Gateway\r\nxxx"), "{line}");
+        assert!(line.ends_with(&format!(r"…(cut, {} bytes) (Bad\nGateway, 502)", page.trim().len())), "{line}");
+        assert!(!line.chars().any(char::is_control) && line.chars().count() < 300, "{line}");
     }
 
     #[test]

@@ -25,8 +25,11 @@ impl Key {
     }
 }
 
+/// Printed cleaned (describe.rs): a real name is printed as it is, but one
+/// from a broken server or a proxy can never break or disguise a line.
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
+        use crate::describe::{NAME_CHARS, cleaned};
+        write!(f, "{}/{}", cleaned(&self.namespace, NAME_CHARS), cleaned(&self.name, NAME_CHARS))
     }
 }

@@ -48,7 +48,9 @@ pub fn init(format: LogFormat) {
 /// ("eof in poll", or "timeout in poll" when our read timeout fired): the
 /// watcher then resumes the watch, and without this layer we would not know
 /// the watch had been down at all. Each such line becomes one line of ours
-/// (see [`crate::informer::watch_interrupted`]).
+/// (see [`crate::informer::watch_interrupted`]). On protobuf our own watcher
+/// sees the broken connection and logs the same line (protobuf/watch.rs), so
+/// a restart reads the same on both wires.
 struct LibraryLines;
 
 impl<S: Subscriber> Layer<S> for LibraryLines {

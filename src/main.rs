@@ -88,7 +88,10 @@ async fn start(args: &Args, side: &tokio::runtime::Handle) -> Result<std::sync::
     if let Some(secs) = faults.watch_timeout {
         watch = watch.timeout(secs);
     }
-    if !args.paged_list {
+    if args.paged_list {
+        // The first list, at "0" (informer.rs says why); relists are consistent.
+        watch = watch.any_semantic();
+    } else {
         watch = watch.streaming_lists(); // informer.rs falls back if refused
     }
     if let Some(selector) = &args.selector {

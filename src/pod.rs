@@ -14,7 +14,7 @@ use serde::de::{Error as _, IgnoredAny};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use crate::describe::{Text, Word};
+use crate::describe::{NAME_CHARS, Text, Word, cleaned};
 
 /// A pod as the cache keeps it: only the fields the log lines use.
 ///
@@ -37,6 +37,12 @@ pub struct Pod {
     /// the one way to tell that an update changed, say, an annotation,
     /// without keeping the annotations.
     pub unshown_metadata: u64,
+    /// Why the status in the bytes could not be read, when it could not (a
+    /// protobuf status that does not decode: protobuf/mod.rs). `status` is
+    /// then None, and the informer puts back the status it had, saying so
+    /// once (informer.rs, `Cache::apply`). Always None from JSON, where such a
+    /// status fails the whole pod.
+    pub unreadable_status: Option<Text>,
 }
 
 /// The pod as it is parsed, before the metadata is split into the part we
@@ -68,6 +74,7 @@ impl From<PodJson> for Pod {
             spec: p.spec,
             status: p.status,
             unshown_metadata: hash_of(&unshown),
+            unreadable_status: None,
         }
     }
 }
@@ -111,7 +118,10 @@ pub struct Spec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
-    pub phase: Option<String>,
+    /// Cleaned and cut as a [`Word`] (and shared: there are five phases), like
+    /// every text from the server: one the server never sends cannot break a
+    /// line or hold a megabyte in the cache.
+    pub phase: Option<Word>,
     /// Why the whole pod stopped, when it did: `Evicted`, `DeadlineExceeded`...
     pub reason: Option<Word>,
     /// And in words: "The node was low on resource: memory. ..."
@@ -391,15 +401,18 @@ impl PodState {
     pub fn of(pod: &Arc<Pod>) -> PodState {
         let status = pod.status.as_ref();
         let containers = status.map(|s| &s.container_statuses[..]).unwrap_or_default();
+        // What the line shows, cleaned (describe.rs): a real uid, node name or
+        // label is shown as it is, one a proxy made up cannot break the line.
+        let shown = |s: &str| cleaned(s, NAME_CHARS).into_owned();
         PodState {
-            uid: pod.uid().unwrap_or_default(),
+            uid: shown(&pod.uid().unwrap_or_default()),
             resource_version: pod.resource_version().unwrap_or_default(),
-            phase: status.and_then(|s| s.phase.clone()).unwrap_or_else(|| "Unknown".into()),
-            node: pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default(),
+            phase: status.and_then(|s| s.phase.as_deref()).unwrap_or("Unknown").to_string(),
+            node: pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).map(shown).unwrap_or_default(),
             ready: containers.iter().filter(|c| c.ready).count(),
             containers: containers.len(),
             restarts: containers.iter().map(|c| i64::from(c.restart_count)).sum(),
-            labels: pod.labels().clone(),
+            labels: pod.labels().iter().map(|(k, v)| (shown(k), shown(v))).collect(),
             terminating: pod.metadata.deletion_timestamp.is_some(),
             pod: pod.clone(),
         }

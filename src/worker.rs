@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use tracing::{debug, info, warn};
 
+use crate::describe::{NAME_CHARS, cleaned};
 use crate::faults::Faults;
 use crate::informer::Cache;
 use crate::key::Key;
@@ -161,6 +162,9 @@ impl Worker {
                 Ok(true) => left.push((uid, t.pod.metadata.resource_version.as_deref().unwrap_or_default())),
                 Ok(false) => {}
                 Err(e) => {
+                    // The server's (or a proxy's) words, cleaned for the line.
+                    let e = e.to_string();
+                    let e = cleaned(&e, 2 * crate::describe::MESSAGE_CHARS);
                     warn!(%key, "cannot tell whether {key} was deleted or left the selector ({e}): a plain onDelete follows")
                 }
             }
@@ -258,7 +262,9 @@ impl LeftSelector {
 /// only when the change names them: `reasons` (`OOMKilled`, `CrashLoopBackOff
 /// ImagePullBackOff`...) and `exit_code`.
 fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>) {
-    let (ns, name) = (key.namespace.as_str(), key.name.as_str());
+    // As the key prints them: cleaned (describe.rs).
+    let (ns, name) = (cleaned(&key.namespace, NAME_CHARS), cleaned(&key.name, NAME_CHARS));
+    let (ns, name) = (ns.as_ref(), name.as_ref());
     crate::metrics::event_logged(match change {
         Change::Add(_) => "onAdd",
         Change::Update { .. } => "onUpdate",

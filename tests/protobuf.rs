@@ -96,10 +96,9 @@ async fn the_same_pods_read_as_json_and_as_protobuf_are_the_same() {
     let bytes = body.collect().await.unwrap().to_bytes();
     assert_eq!(&bytes[..4], b"k8s\0", "the magic");
     let page = protobuf::pod_list(bytes.clone()).expect("decode the list");
-    // A list's resourceVersion is the whole store's revision, and other tests
-    // write to this API server between the two LISTs: the two lists' own
-    // resourceVersions may differ. The pods in them, each with its own
-    // resourceVersion, may not (nothing writes to this namespace).
+    // Each list has a resourceVersion of its own: the whole store's revision
+    // when it was read, which other tests' writes move on between our two
+    // reads. Only the pods' own versions are a promise (compared below).
     assert!(!page.resource_version.is_empty(), "a list carries a resourceVersion");
 
     let mut ours: Vec<Pod> = page.items.into_iter().map(without_fingerprints).collect();
@@ -232,4 +231,253 @@ async fn both_wires_log_the_same_lines_for_the_same_changes() {
         .collect();
     assert_eq!(lines[0], lines[1], "protobuf vs JSON");
     assert!(lines[0][4].starts_with(&format!("onDelete: {ns}/rich")), "{:#?}", lines[0]);
+}
+
+// --- Between the logger and the server: a proxy ----------------------------------------
+
+/// What the proxy does to what passes through it.
+#[derive(Clone, Copy, PartialEq)]
+enum Meddling {
+    /// Asks the server for JSON whatever the client asked, as `kubectl
+    /// proxy` does (it rewrites Accept).
+    AsksForJson,
+    /// Forwards as asked, but slips hostile frames into the first watches
+    /// that do not carry a list (see [`hostile_frames`]): one before each.
+    SlipsFrames,
+}
+
+/// A plain-HTTP proxy on loopback in front of the real API server, as
+/// `kubectl proxy` is: it forwards every request with the admin credentials
+/// of `client` (so the logger's kubeconfig needs none) and logs each
+/// request's path and query.
+struct Proxy {
+    port: u16,
+    requests: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+struct Forward {
+    client: kube::Client,
+    meddling: Meddling,
+    requests: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Hostile frames still to slip in, one per watch.
+    frames: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+impl Proxy {
+    async fn start(client: kube::Client, meddling: Meddling) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let frames = if meddling == Meddling::SlipsFrames { hostile_frames() } else { Vec::new() };
+        let forward = std::sync::Arc::new(Forward {
+            client,
+            meddling,
+            requests: requests.clone(),
+            frames: std::sync::Mutex::new(frames),
+        });
+        let app = axum::Router::new().fallback(proxy).with_state(forward);
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Proxy { port, requests, task }
+    }
+
+    /// A kubeconfig for the logger: the proxy's plain-HTTP address, no user.
+    fn kubeconfig(&self, name: &str) -> std::path::PathBuf {
+        kubeconfig(name, &format!("http://127.0.0.1:{}", self.port), None, "    {}")
+    }
+
+    /// The informer's LIST requests for pods (paged: with a limit), in
+    /// order. (The tests' marker pods are created through the proxy too.)
+    fn pod_lists(&self) -> Vec<String> {
+        let requests = self.requests.lock().unwrap();
+        requests
+            .iter()
+            .filter(|r| r.contains("/pods?") && r.contains("limit=") && !r.contains("watch="))
+            .cloned()
+            .collect()
+    }
+}
+
+async fn proxy(
+    axum::extract::State(forward): axum::extract::State<std::sync::Arc<Forward>>,
+    request: axum::extract::Request,
+) -> axum::response::Response {
+    let (parts, body) = request.into_parts();
+    let target = parts.uri.path_and_query().map_or("/".to_string(), |p| p.to_string());
+    forward.requests.lock().unwrap().push(target.clone());
+    let body = body.collect().await.unwrap().to_bytes().to_vec();
+    let mut upstream = http::Request::builder().method(parts.method).uri(&target);
+    for (name, value) in &parts.headers {
+        if name != http::header::HOST && name != http::header::CONNECTION {
+            upstream = upstream.header(name, value);
+        }
+    }
+    let mut upstream = upstream.body(kube::client::Body::from(body)).unwrap();
+    if forward.meddling == Meddling::AsksForJson {
+        upstream.headers_mut().insert(http::header::ACCEPT, http::HeaderValue::from_static("application/json"));
+    }
+    let Ok(response) = forward.client.send(upstream).await else {
+        return http::Response::builder().status(502).body(axum::body::Body::from("no answer")).unwrap();
+    };
+    let (mut parts, body) = response.into_parts();
+    for hop in [http::header::TRANSFER_ENCODING, http::header::CONNECTION, http::header::CONTENT_LENGTH] {
+        parts.headers.remove(hop);
+    }
+    let is_watch = target.contains("watch=") && !target.contains("sendInitialEvents=true");
+    let slipped = if is_watch { forward.frames.lock().unwrap().pop() } else { None };
+    let body = match slipped {
+        Some(frame) => {
+            let first = futures::stream::once(async move { Ok::<_, kube::Error>(Bytes::from(frame)) });
+            axum::body::Body::from_stream(first.chain(body.into_data_stream()))
+        }
+        None => axum::body::Body::new(body),
+    };
+    http::Response::from_parts(parts, body)
+}
+
+/// Two hostile watch frames, each a MODIFIED pod whose status is nothing but
+/// empty container statuses (`42 00`, two bytes each, a whole struct each
+/// to prost). Slipped in last first: one just under the frame cap (refused
+/// by what decoding it would cost), then one of tens of MB (refused by its
+/// length).
+fn hostile_frames() -> Vec<Vec<u8>> {
+    let frame = |entries: usize| {
+        let status = [0x42u8, 0x00].repeat(entries);
+        let mut pod = Vec::new();
+        prost::encoding::encode_key(3, prost::encoding::WireType::LengthDelimited, &mut pod);
+        prost::encoding::encode_varint(status.len() as u64, &mut pod);
+        pod.extend_from_slice(&status);
+        let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown {
+            type_meta: Some(k8s_pb::apimachinery::pkg::runtime::TypeMeta {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+            }),
+            raw: Some(pod),
+            ..Default::default()
+        };
+        let mut object = protobuf::MAGIC.to_vec();
+        object.extend(unknown.encode_to_vec());
+        let event = meta::WatchEvent {
+            r#type: Some("MODIFIED".into()),
+            object: Some(k8s_pb::apimachinery::pkg::runtime::RawExtension { raw: Some(object) }),
+        };
+        let event = event.encode_to_vec();
+        let mut out = (event.len() as u32).to_be_bytes().to_vec();
+        out.extend(event);
+        out
+    };
+    vec![frame(20 << 20), frame((protobuf::MAX_FRAME - 4096) / 2)]
+}
+
+/// The peak resident memory of a process (VmHWM), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test]
+async fn through_a_proxy_that_asks_for_json_the_logger_reads_json_after_one_line() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "pb-proxy-json").await;
+    create(&c.client, &ns, "old", &[]).await;
+    let proxy = Proxy::start(c.client.clone(), Meddling::AsksForJson).await;
+    let logger = Logger::start(&proxy.kubeconfig("proxy-json"), &["-n", &ns, "--wire", "protobuf"]);
+    logger.synced().await;
+    create(&c.client, &ns, "new", &[]).await;
+    assert_eq!(logger.wait_events(&ns, 2).await, [format!("onAdd: {ns}/old"), format!("onAdd: {ns}/new")]);
+    // One WARN, saying what came back (the streaming list's watch, first).
+    let warnings = logger.warnings();
+    assert_eq!(
+        warnings,
+        ["pods were asked for in protobuf, but the answer to a request for protobuf came with Content-Type \
+             \"application/json\": reading them as JSON instead"],
+        "{}",
+        logger.dump()
+    );
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test]
+async fn hostile_frames_are_refused_with_a_line_each_and_a_relist_in_bounded_memory() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "pb-hostile").await;
+    create(&c.client, &ns, "old", &[]).await;
+    let proxy = Proxy::start(c.client.clone(), Meddling::SlipsFrames).await;
+    let logger = Logger::start(&proxy.kubeconfig("proxy-hostile"), &["-n", &ns, "--paged-list", "--wire", "protobuf"]);
+    logger.synced().await;
+    // Both frames slipped in and refused, each with its reason, each
+    // followed by a relist.
+    let refused = |what: &str| {
+        let what = what.to_string();
+        move |l: &serde_json::Value| {
+            l["level"] == "WARN"
+                && l["message"].as_str().is_some_and(|m| m.starts_with("watch failed: ") && m.contains(&what))
+        }
+    };
+    let costly = logger.wait_for("the costly frame refused", T, refused("bytes of structs to decode")).await;
+    let long = logger.wait_for("the long frame refused", T, refused("bytes long, more than the")).await;
+    for line in [&costly, &long] {
+        assert!(line["message"].as_str().unwrap().ends_with("; relisting"), "{line}");
+    }
+    create(&c.client, &ns, "new", &[]).await;
+    assert_eq!(logger.wait_events(&ns, 2).await, [format!("onAdd: {ns}/old"), format!("onAdd: {ns}/new")]);
+    let warnings = logger.warnings();
+    println!("hostile frames: {warnings:#?}");
+    assert_eq!(warnings.len(), 2, "one line per hostile frame:\n{}", logger.dump());
+    let peak = peak_rss_kib(logger.pid());
+    println!("hostile frames: peak RSS {} MiB", peak / 1024);
+    assert!(peak < 512 * 1024, "peak RSS {peak} KiB");
+
+    // The first LIST asked at resourceVersion 0 (the watch cache); each
+    // relist after a refused frame asked for none (a consistent read).
+    let lists = proxy.pod_lists();
+    assert_eq!(lists.len(), 3, "{lists:?}");
+    assert!(lists[0].contains("resourceVersion=0"), "{lists:?}");
+    assert!(lists[1..].iter().all(|l| !l.contains("resourceVersion")), "{lists:?}");
+}
+
+/// The API server restarts under a protobuf watch: the broken connection is
+/// the same `watch interrupted` line as on JSON, and the watch resumes from
+/// its resourceVersion, never a `watch failed` for the broken stream itself.
+/// (While the server is down, the attempts to resume may fail and back off:
+/// those are `watch failed: starting the watch failed`, for the outage.)
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn an_apiserver_restart_under_a_protobuf_watch_is_an_interrupted_watch() {
+    let plane = Plane::start("pb-restart").await;
+    let c = &plane.cluster;
+    let ns = namespace(&c.client, "pb-restart").await;
+    let logger = Logger::start(&c.kubeconfig, &["-n", &ns, "--wire", "protobuf"]);
+    logger.synced().await;
+    create(&c.client, &ns, "before", &[]).await;
+    logger.wait_count(&ns, 1).await; // the watch is open and delivering
+    let seen = logger.lines().len();
+
+    plane.kill_apiserver();
+    let interrupted = "watch interrupted: the connection to the API server closed in the middle of the watch \
+                       (was the server restarted?); resuming from the last resourceVersion";
+    logger.wait_message(interrupted, T).await;
+    plane.start_apiserver("kube-apiserver", None, &[]).await;
+    create(&c.client, &ns, "after", &[]).await;
+    assert_eq!(logger.wait_events(&ns, 2).await, [format!("onAdd: {ns}/before"), format!("onAdd: {ns}/after")]);
+
+    let warnings = warnings_in(&logger.lines()[seen..]);
+    println!("restart on protobuf: {warnings:#?}");
+    assert_eq!(warnings.first().map(String::as_str), Some(interrupted), "{}", logger.dump());
+    assert!(
+        !warnings.iter().any(|w| w.starts_with("watch failed: watching failed")),
+        "the broken stream itself is no failure\n{}",
+        logger.dump()
+    );
+    assert_eq!(warnings.iter().filter(|w| w.starts_with("watch interrupted")).count(), 1, "{}", logger.dump());
 }

@@ -28,9 +28,19 @@
 //! The messages below declare only the fields src/pod.rs keeps, with the
 //! field numbers of k8s.io/api's generated.proto (k8s-pb, kube-rs's protobuf
 //! crate, is the reference; a test decodes the same bytes with both). prost
-//! skips every field a message does not declare without allocating it, so
-//! `managedFields`, the spec's containers and the rest never reach memory:
-//! the protobuf counterpart of what pod.rs's serde types do for JSON.
+//! skips every field a message does not declare without decoding it, so
+//! `managedFields`, the spec's containers and the rest are never decoded:
+//! their bytes are in memory, as part of the response body buffered before
+//! decoding, but no struct, string or list is ever made of them. The
+//! protobuf counterpart of what pod.rs's serde types do for JSON.
+//!
+//! What bad bytes can cost is bounded before anything is decoded: a frame is
+//! at most [`MAX_FRAME`], a LIST page [`MAX_LIST_BODY`], an error body
+//! [`MAX_ERROR_BODY`]; and since prost turns every 2-byte empty entry of a
+//! repeated message field (`42 00`: an empty ContainerStatus) into a whole
+//! struct, a hundred times its size on the wire, [`check_cost`] counts what
+//! prost would allocate for the structs of a list or a pod, and refuses
+//! bytes that would take more than [`MAX_DECODED`].
 //!
 //! Nothing here panics on bad input: a decode failure is a [`WireError`] that
 //! says which message and where in the bytes (see the fuzz test below).
@@ -50,10 +60,29 @@ use crate::pod::{self, Condition, Conditions, ContainerStatus, Pod, State, Termi
 /// The four bytes every protobuf object starts with.
 pub const MAGIC: &[u8; 4] = b"k8s\0";
 
-/// A frame larger than this is refused rather than allocated: a pod is at most
-/// about 1.5 MB (etcd's request limit), so a 64 MiB "length" is a broken
-/// stream, not a pod.
-pub const MAX_FRAME: usize = 64 << 20;
+/// A frame larger than this is refused rather than read: a pod is at most
+/// about 1.5 MB (etcd's request limit), and a frame is one pod with a few
+/// bytes of watch event and envelope around it, so 4 MiB is plenty and a
+/// larger "length" is a broken stream or a hostile one, not a pod.
+pub const MAX_FRAME: usize = 4 << 20;
+
+/// A LIST response larger than this is refused rather than read on. A page
+/// holds at most the 500 pods the watcher asks for (kube's default page
+/// size), so this is 256 KiB a pod: real pods weigh a small part of that
+/// (see bench/), and only a cluster of pods near etcd's limit, 500 to a page,
+/// would need more.
+pub const MAX_LIST_BODY: usize = 128 << 20;
+
+/// How much of an error response is read: a Status is a few hundred bytes,
+/// and a proxy's error page is cut here (and to one line before it is
+/// logged: describe.rs).
+pub const MAX_ERROR_BODY: usize = 64 << 10;
+
+/// The most memory the message structs of one LIST page or one watch frame
+/// may take once decoded, as [`check_cost`] counts it beforehand: a page of
+/// 500 busy pods stays under an eighth of it (a unit test checks); bytes that
+/// would take more are refused.
+pub const MAX_DECODED: usize = 64 << 20;
 
 /// What went wrong reading protobuf, and where: `offset` counts bytes from the
 /// start of the response body (of the watch stream, for a frame).
@@ -69,6 +98,25 @@ pub enum WireError {
     FrameTooLarge { offset: usize, len: usize },
     #[error("the watch stream ended inside the frame that starts at byte {offset}")]
     Truncated { offset: usize },
+    #[error("a LIST response of more than {MAX_LIST_BODY} bytes: refused (a page of pods is far smaller)")]
+    BodyTooLarge,
+    #[error(
+        "the {message} at byte {offset} would take {cost} bytes of structs to decode, more than the {MAX_DECODED} \
+         allowed (its repeated fields hold more entries than real pods have): refused"
+    )]
+    TooCostly { message: &'static str, offset: usize, cost: usize },
+    /// A 2xx answer that is not protobuf: a proxy that rewrote our Accept
+    /// header, re-encoded or compressed the body. Both texts are cleaned
+    /// (describe.rs), as they come from whatever answered.
+    #[error(
+        "the answer to a request for protobuf came with Content-Type {content_type:?}{}",
+        encoding_of(content_encoding)
+    )]
+    NotProtobuf { content_type: String, content_encoding: Option<String> },
+}
+
+fn encoding_of(encoding: &Option<String>) -> String {
+    encoding.as_ref().map(|e| format!(" and Content-Encoding {e:?}")).unwrap_or_default()
 }
 
 // --- The envelope ---------------------------------------------------------------
@@ -141,6 +189,7 @@ pub fn pod_list(body: Bytes) -> Result<PodPage, WireError> {
     if kind != "PodList" {
         return Err(WireError::Kind { want: "PodList", got: kind, offset: 0 });
     }
+    check_cost("PodList", &raw, 0, cost_of_list)?;
     let list = PodListMsg::decode(raw).map_err(|e| decode_error("PodList", 0, e))?;
     let meta = list.metadata.unwrap_or_default();
     Ok(PodPage {
@@ -192,6 +241,7 @@ pub fn watch_event(frame: Bytes, offset: usize) -> Result<WatchEvent, WireError>
     match (kind_of_event.as_str(), kind.as_str()) {
         ("ERROR", "Status") => Ok(WatchEvent::Error(status_of(raw, offset)?)),
         ("BOOKMARK", "Pod") => {
+            check_cost("Pod (bookmark)", &raw, offset, cost_of_pod)?;
             let pod = PodMsg::decode(raw).map_err(|e| decode_error("Pod (bookmark)", offset, e))?;
             let meta = pod.metadata.unwrap_or_default();
             Ok(WatchEvent::Bookmark {
@@ -200,6 +250,7 @@ pub fn watch_event(frame: Bytes, offset: usize) -> Result<WatchEvent, WireError>
             })
         }
         (event @ ("ADDED" | "MODIFIED" | "DELETED"), "Pod") => {
+            check_cost("Pod", &raw, offset, cost_of_pod)?;
             let pod = PodMsg::decode(raw).map_err(|e| decode_error("Pod", offset, e))?.into_pod();
             Ok(match event {
                 "ADDED" => WatchEvent::Added(pod),
@@ -394,16 +445,25 @@ fn given_number<T: Default + PartialEq>(n: Option<T>) -> Option<T> {
 
 impl PodMsg {
     /// Into the cache's [`Pod`], as pod.rs builds it from JSON. A status that
-    /// does not decode is kept as none, as an unknown JSON shape would fail
-    /// the whole pod there; here the pod's identity is still worth keeping.
+    /// does not decode leaves `status` None and says why in
+    /// `unreadable_status`: the pod's identity is still worth keeping, and the
+    /// informer keeps the status it had before (informer.rs, `Cache::apply`),
+    /// where a made-up empty one would read "phase Running -> Unknown".
     fn into_pod(self) -> Pod {
         let m = self.metadata.unwrap_or_default();
         let unshown = (m.annotations, m.owner_references, m.finalizers);
-        let status = self.status.map(|raw| {
+        let mut unreadable_status = None;
+        let status = self.status.and_then(|raw| {
             let fingerprint = hash_of(raw.chunk());
-            let mut status = PodStatusMsg::decode(raw).map(PodStatusMsg::into_status).unwrap_or_default();
-            status.fingerprint = fingerprint;
-            status
+            let decoded = check_cost("PodStatus", &raw, 0, cost_of_status)
+                .and_then(|()| PodStatusMsg::decode(raw).map_err(|e| decode_error("PodStatus", 0, e)));
+            match decoded {
+                Ok(status) => Some(pod::Status { fingerprint, ..status.into_status() }),
+                Err(e) => {
+                    unreadable_status = Some(Text::new(&e.to_string()));
+                    None
+                }
+            }
         });
         Pod {
             metadata: ObjectMeta {
@@ -420,6 +480,7 @@ impl PodMsg {
             spec: self.spec.map(|s| pod::Spec { node_name: given(s.node_name) }),
             status,
             unshown_metadata: hash_of(&unshown),
+            unreadable_status,
         }
     }
 }
@@ -441,7 +502,7 @@ impl PodStatusMsg {
             }
         }
         pod::Status {
-            phase: given(self.phase),
+            phase: given(self.phase).as_deref().map(Word::new),
             reason: given(self.reason).as_deref().map(Word::new),
             message: given(self.message).as_deref().map(Text::new),
             conditions,
@@ -489,6 +550,98 @@ fn hash_of<T: Hash + ?Sized>(value: &T) -> u64 {
     let mut hasher = DefaultHasher::new();
     value.hash(&mut hasher);
     hasher.finish()
+}
+
+// --- What decoding would cost ---------------------------------------------------------
+
+/// Refuses `bytes` (a `message` found at `offset`) when decoding them would
+/// allocate more than [`MAX_DECODED`] for structs, as `cost` counts it.
+///
+/// Why count first: a repeated message field is a `Vec` of structs, and its
+/// smallest entry on the wire is two bytes (the field's tag, a zero length),
+/// while its struct takes hundreds: a 4 MiB frame of empty container
+/// statuses would be more than a GiB of them. Bytes and strings cost what
+/// they hold (bounded by the body's own cap); the structs are what we count.
+pub fn check_cost(
+    message: &'static str,
+    bytes: &[u8],
+    offset: usize,
+    cost: fn(&[u8]) -> usize,
+) -> Result<(), WireError> {
+    match cost(bytes) {
+        cost if cost > MAX_DECODED => Err(WireError::TooCostly { message, offset, cost }),
+        _ => Ok(()),
+    }
+}
+
+/// The length-delimited fields of a protobuf message, as (field number,
+/// contents); fields of other wire types are stepped over. Stops at the first
+/// byte that does not parse: prost fails there too, so nothing after it is
+/// ever decoded (and so needs no counting).
+fn fields(mut bytes: &[u8]) -> impl Iterator<Item = (u32, &[u8])> {
+    std::iter::from_fn(move || {
+        loop {
+            let key = prost::encoding::decode_varint(&mut bytes).ok()?;
+            let number = u32::try_from(key >> 3).ok()?;
+            match key & 7 {
+                0 => {
+                    prost::encoding::decode_varint(&mut bytes).ok()?;
+                }
+                1 => bytes = bytes.get(8..)?,
+                5 => bytes = bytes.get(4..)?,
+                2 => {
+                    let len = usize::try_from(prost::encoding::decode_varint(&mut bytes).ok()?).ok()?;
+                    let value = bytes.get(..len)?;
+                    bytes = &bytes[len..];
+                    return Some((number, value));
+                }
+                _ => return None,
+            }
+        }
+    })
+}
+
+/// Twice a struct's size: a `Vec` grows by doubling, so it may hold room for
+/// as many again as it has entries.
+fn entry<T>() -> usize {
+    2 * std::mem::size_of::<T>()
+}
+
+fn cost_of_list(bytes: &[u8]) -> usize {
+    fields(bytes).filter(|(n, _)| *n == 2).map(|(_, pod)| entry::<PodMsg>() + cost_of_pod(pod)).sum()
+}
+
+/// A pod: its metadata's repeated fields, and its status (decoded from its
+/// bytes later, one pod at a time, and counted here all the same).
+fn cost_of_pod(bytes: &[u8]) -> usize {
+    let meta = |bytes: &[u8]| -> usize {
+        fields(bytes)
+            .map(|(n, value)| match n {
+                // A label: a map entry of two strings (and the map's node).
+                11 => entry::<(String, String)>() + value.len(),
+                // Annotations, owner references, finalizers: `Bytes` handles.
+                12..=14 => entry::<Bytes>(),
+                _ => 0,
+            })
+            .sum()
+    };
+    fields(bytes)
+        .map(|(n, value)| match n {
+            1 => meta(value),
+            3 => cost_of_status(value),
+            _ => 0,
+        })
+        .sum()
+}
+
+fn cost_of_status(bytes: &[u8]) -> usize {
+    fields(bytes)
+        .map(|(n, _)| match n {
+            2 => entry::<ConditionMsg>(),
+            8 | 10 => entry::<ContainerStatusMsg>(),
+            _ => 0,
+        })
+        .sum()
 }
 
 // --- Watch frames ---------------------------------------------------------------------

@@ -149,74 +149,170 @@ fn rich_pod(name: &str) -> pb::Pod {
     }
 }
 
-/// What k8s-pb's decode of a pod says our decoder must keep: the oracle,
-/// written from k8s-pb's types.
-fn expected(p: &pb::Pod) -> Pod {
-    let m = p.metadata.clone().unwrap_or_default();
-    // Empty is absent, as Go writes "" and 0 where JSON leaves a field out.
-    let word = |s: &Option<String>| s.as_deref().filter(|s| !s.is_empty()).map(Word::new);
-    let text = |s: &Option<String>| s.as_deref().filter(|s| !s.is_empty()).map(Text::new);
-    let state = |s: &Option<pb::ContainerState>| match s {
-        Some(pb::ContainerState { terminated: Some(t), .. }) => State::Terminated(Box::new(Terminated {
-            exit_code: t.exit_code.unwrap_or_default(),
-            signal: t.signal,
-            reason: word(&t.reason),
-            message: text(&t.message),
-        })),
-        Some(pb::ContainerState { waiting: Some(w), .. }) => {
-            State::Waiting(Box::new(Waiting { reason: word(&w.reason), message: text(&w.message) }))
-        }
-        Some(pb::ContainerState { running: Some(_), .. }) => State::Running,
-        _ => State::Unknown,
+/// What the decoder must make of [`rich_pod`], written out by hand from the
+/// pod above (not computed by any code the decoder shares): the reference is
+/// k8s-pb's encoding of that pod, the expected values are these.
+fn rich_expected(name: &str) -> Pod {
+    let killed = || {
+        State::Terminated(Box::new(Terminated {
+            exit_code: 137,
+            signal: Some(9),
+            reason: Some(Word::new("OOMKilled")),
+            message: Some(Text::new("out of memory")),
+        }))
     };
-    let containers = |list: &[pb::ContainerStatus]| -> Box<[ContainerStatus]> {
-        list.iter()
-            .map(|c| ContainerStatus {
-                name: Word::new(c.name.as_deref().unwrap_or_default()),
-                ready: c.ready.unwrap_or_default(),
-                restart_count: c.restart_count.unwrap_or_default(),
-                state: state(&c.state),
-                last_state: state(&c.last_state),
-            })
-            .collect()
-    };
-    let status = p.status.as_ref().map(|s| {
-        let mut conditions = Conditions::default();
-        for c in &s.conditions {
-            let kind = Condition::from_api(c.r#type.as_deref().unwrap_or_default());
-            if let Some(i) = Condition::ALL.iter().position(|k| *k == kind) {
-                conditions.0[i] = Some(Truth::from_api(c.status.as_deref().unwrap_or_default()));
-            }
-        }
-        pod::Status {
-            phase: s.phase.clone(),
-            reason: word(&s.reason),
-            message: text(&s.message),
-            conditions,
-            observed_generation: s.observed_generation,
-            init_container_statuses: containers(&s.init_container_statuses),
-            container_statuses: containers(&s.container_statuses),
-            fingerprint: 0,
-        }
-    });
-    let deletion = m.deletion_timestamp.as_ref().map(|t| {
-        Time(k8s_openapi::jiff::Timestamp::new(t.seconds.unwrap_or_default(), t.nanos.unwrap_or_default()).unwrap())
-    });
+    let mut conditions = Conditions::default();
+    conditions.0[0] = Some(Truth::True); // PodScheduled
+    conditions.0[4] = Some(Truth::False); // Ready; example.com/gate is not kept
     Pod {
         metadata: ObjectMeta {
-            name: m.name,
-            namespace: m.namespace,
-            uid: m.uid,
-            resource_version: m.resource_version,
-            generation: m.generation,
-            labels: (!m.labels.is_empty()).then(|| m.labels.into_iter().collect()),
-            deletion_timestamp: deletion,
-            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+            name: Some(name.into()),
+            namespace: Some("shop".into()),
+            uid: Some("0d6c3d1e-uid".into()),
+            resource_version: Some("12345".into()),
+            generation: Some(3),
+            labels: Some([("app".to_string(), "web".to_string()), ("tier".into(), "front".into())].into()),
+            deletion_timestamp: Some(Time(k8s_openapi::jiff::Timestamp::new(1_700_000_200, 5).unwrap())),
+            deletion_grace_period_seconds: Some(30),
             ..ObjectMeta::default()
         },
-        spec: p.spec.as_ref().map(|s| pod::Spec { node_name: s.node_name.clone() }),
-        status,
+        spec: Some(pod::Spec { node_name: Some("node-1".into()) }),
+        status: Some(pod::Status {
+            phase: Some(Word::new("Running")),
+            reason: Some(Word::new("Evicted")),
+            message: Some(Text::new("The node was low on resource: memory.")),
+            conditions,
+            observed_generation: Some(3),
+            init_container_statuses: [ContainerStatus {
+                name: Word::new("init"),
+                ready: false,
+                restart_count: 0,
+                state: killed(),
+                last_state: State::Unknown,
+            }]
+            .into(),
+            container_statuses: [
+                ContainerStatus {
+                    name: Word::new("app"),
+                    ready: false,
+                    restart_count: 4,
+                    // The newline, escaped: two characters, `\` and `n`.
+                    state: State::Waiting(Box::new(Waiting {
+                        reason: Some(Word::new("CrashLoopBackOff")),
+                        message: Some(Text::new(r"back-off 20s restarting failed container=app pod=web\n(really)")),
+                    })),
+                    last_state: killed(),
+                },
+                ContainerStatus {
+                    name: Word::new("side"),
+                    ready: false,
+                    restart_count: 0,
+                    state: State::Running,
+                    last_state: State::Unknown,
+                },
+            ]
+            .into(),
+            fingerprint: 0,
+        }),
         unshown_metadata: 0,
+        unreadable_status: None,
+    }
+}
+
+/// A pod with every kept field set, to its empty value: what Go writes for
+/// fields that are not pointers ("" and 0), and the pointers set to zero.
+fn empty_pod() -> pb::Pod {
+    let empty_state = || Some(pb::ContainerState::default());
+    pb::Pod {
+        metadata: Some(meta::ObjectMeta {
+            name: Some(String::new()),
+            namespace: Some(String::new()),
+            uid: Some(String::new()),
+            resource_version: Some(String::new()),
+            generation: Some(0),
+            deletion_timestamp: Some(meta::Time { seconds: Some(0), nanos: Some(0) }),
+            deletion_grace_period_seconds: Some(0),
+            ..Default::default()
+        }),
+        spec: Some(pb::PodSpec { node_name: Some(String::new()), ..Default::default() }),
+        status: Some(pb::PodStatus {
+            phase: Some(String::new()),
+            conditions: vec![pb::PodCondition {
+                r#type: Some(String::new()),
+                status: Some(String::new()),
+                ..Default::default()
+            }],
+            message: Some(String::new()),
+            reason: Some(String::new()),
+            container_statuses: vec![pb::ContainerStatus {
+                name: Some(String::new()),
+                state: empty_state(),
+                last_state: empty_state(),
+                ready: Some(false),
+                restart_count: Some(0),
+                ..Default::default()
+            }],
+            init_container_statuses: vec![pb::ContainerStatus {
+                state: Some(pb::ContainerState {
+                    terminated: Some(pb::ContainerStateTerminated {
+                        exit_code: Some(0),
+                        signal: Some(0),
+                        reason: Some(String::new()),
+                        message: Some(String::new()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            observed_generation: Some(0),
+            ..Default::default()
+        }),
+    }
+}
+
+/// [`empty_pod`] as JSON would give it: empty strings and zeros are absent
+/// (JSON's `omitempty`), pointers set to zero are kept (a grace period of 0,
+/// a deletion at the epoch).
+fn empty_expected() -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            deletion_timestamp: Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
+            deletion_grace_period_seconds: Some(0),
+            ..ObjectMeta::default()
+        },
+        spec: Some(pod::Spec { node_name: None }),
+        status: Some(pod::Status {
+            phase: None,
+            reason: None,
+            message: None,
+            conditions: Conditions::default(),
+            observed_generation: None,
+            init_container_statuses: [ContainerStatus {
+                name: Word::new(""),
+                ready: false,
+                restart_count: 0,
+                state: State::Terminated(Box::new(Terminated {
+                    exit_code: 0,
+                    signal: None,
+                    reason: None,
+                    message: None,
+                })),
+                last_state: State::Unknown,
+            }]
+            .into(),
+            container_statuses: [ContainerStatus {
+                name: Word::new(""),
+                ready: false,
+                restart_count: 0,
+                state: State::Unknown,
+                last_state: State::Unknown,
+            }]
+            .into(),
+            fingerprint: 0,
+        }),
+        unshown_metadata: 0,
+        unreadable_status: None,
     }
 }
 
@@ -237,21 +333,31 @@ fn a_pod_list_decodes_as_k8s_pb_decodes_it() {
             r#continue: Some("next-page".into()),
             ..Default::default()
         }),
-        items: vec![rich_pod("web-1"), rich_pod("web-2"), pb::Pod::default()],
+        items: vec![rich_pod("web-1"), empty_pod(), pb::Pod::default()],
     };
-    let body = envelope("PodList", list.encode_to_vec());
-
-    // k8s-pb's reading of the very same bytes.
-    let unknown = rt::Unknown::decode(&body[4..]).unwrap();
-    let theirs = pb::PodList::decode(unknown.raw.unwrap().as_slice()).unwrap();
-
-    let ours = pod_list(body).unwrap();
+    let ours = pod_list(envelope("PodList", list.encode_to_vec())).unwrap();
     assert_eq!(ours.resource_version, "777");
     assert_eq!(ours.continue_token, "next-page");
-    assert_eq!(ours.items.len(), theirs.items.len());
-    for (ours, theirs) in ours.items.into_iter().zip(&theirs.items) {
-        assert_eq!(without_fingerprints(ours), without_fingerprints(expected(theirs)));
-    }
+    let ours: Vec<Pod> = ours.items.into_iter().map(without_fingerprints).collect();
+    assert_eq!(ours, [rich_expected("web-1"), empty_expected(), Pod::default()]);
+}
+
+/// The same pods in JSON, through pod.rs's serde types, give the same: the
+/// two wires agree on what "empty" means.
+#[test]
+fn an_empty_pod_reads_as_its_json_reads() {
+    let json = serde_json::json!({
+        "metadata": {"deletionTimestamp": "1970-01-01T00:00:00Z", "deletionGracePeriodSeconds": 0},
+        "spec": {},
+        "status": {
+            "conditions": [{"type": "", "status": ""}],
+            "containerStatuses": [{"name": "", "ready": false, "restartCount": 0, "state": {}, "lastState": {}}],
+            "initContainerStatuses": [{"name": "", "ready": false, "restartCount": 0,
+                                       "state": {"terminated": {"exitCode": 0}}, "lastState": {}}]
+        }
+    });
+    let from_json: Pod = serde_json::from_value(json).unwrap();
+    assert_eq!(without_fingerprints(from_json), empty_expected());
 }
 
 #[test]
@@ -332,7 +438,7 @@ fn watch_frames_decode_whatever_the_chunks() {
         frame("ERROR", "Status", gone.encode_to_vec()),
     ]
     .concat();
-    let want = expected(&rich_pod("a"));
+    let want = rich_expected("a");
     for chunk in [1, 3, 7, 64, stream.len()] {
         let events = events_of(&stream, chunk);
         assert_eq!(events.len(), 6, "chunks of {chunk}: {events:?}");
@@ -450,6 +556,98 @@ fn offset_of(e: &WireError) -> usize {
         | WireError::Decode { offset, .. }
         | WireError::Kind { offset, .. }
         | WireError::FrameTooLarge { offset, .. }
+        | WireError::TooCostly { offset, .. }
         | WireError::Truncated { offset } => *offset,
+        WireError::BodyTooLarge | WireError::NotProtobuf { .. } => 0,
     }
+}
+
+/// A pod whose status is `status` as raw bytes, in a watch frame.
+fn frame_with_status(status: &[u8]) -> Vec<u8> {
+    let mut pod = Vec::new();
+    prost::encoding::encode_key(3, prost::encoding::WireType::LengthDelimited, &mut pod);
+    prost::encoding::encode_varint(status.len() as u64, &mut pod);
+    pod.extend_from_slice(status);
+    frame("MODIFIED", "Pod", pod)
+}
+
+/// prost would make a whole ContainerStatus of every two bytes `42 00`: a
+/// frame just under the cap of them is refused before it is decoded, one
+/// over the cap before it is even read, and so is a LIST of empty pods.
+#[test]
+fn empty_repeated_entries_are_refused_before_prost_allocates_them() {
+    let entries = (MAX_FRAME - 4096) / 2;
+    let hostile = frame_with_status(&[0x42, 0x00].repeat(entries));
+    assert!(hostile.len() - 4 <= MAX_FRAME);
+    match &events_of(&hostile, 1 << 16)[..] {
+        [Err(WireError::TooCostly { message: "Pod", offset: 0, cost })] => assert!(*cost > MAX_DECODED, "{cost}"),
+        other => panic!("{other:?}"),
+    }
+    let huge = frame_with_status(&[0x42, 0x00].repeat(10 << 20));
+    assert!(matches!(events_of(&huge, 1 << 16)[..], [Err(WireError::FrameTooLarge { offset: 0, .. })]));
+    let empty_pods = envelope("PodList", [0x12, 0x00].repeat(1 << 20));
+    assert!(matches!(pod_list(empty_pods), Err(WireError::TooCostly { message: "PodList", .. })));
+
+    // A real page, 500 busy pods, is far inside the bound.
+    let page = pb::PodList { items: (0..500).map(|i| rich_pod(&format!("p{i}"))).collect(), metadata: None };
+    let bytes = page.encode_to_vec();
+    assert!(cost_of_list(&bytes) < MAX_DECODED / 8, "{}", cost_of_list(&bytes));
+    assert_eq!(pod_list(envelope("PodList", bytes)).unwrap().items.len(), 500);
+}
+
+/// A status that does not decode leaves the status out and says why; the
+/// informer puts the one it had back (informer.rs's tests).
+#[test]
+fn a_status_that_does_not_decode_is_marked_not_emptied() {
+    let events = events_of(&frame_with_status(&[0x0a, 0xff, 0x01]), 64);
+    let [Ok(WatchEvent::Modified(pod))] = &events[..] else { panic!("{events:?}") };
+    assert_eq!(pod.status, None);
+    let why = pod.unreadable_status.as_deref().unwrap();
+    assert!(why.starts_with("bad protobuf in the PodStatus at byte 0"), "{why}");
+}
+
+/// Text in every field a line shows, made hostile by whatever sent it:
+/// escaped and cut before it reaches a line.
+#[test]
+fn hostile_text_in_every_field_that_reaches_a_line_is_cleaned() {
+    let evil = |what: &str| format!("{what}\n\u{1b}[2J\u{202e}\u{061c}\u{200b}\u{feff}{}", "x".repeat(5000));
+    let state = pb::ContainerState {
+        waiting: Some(pb::ContainerStateWaiting { reason: Some(evil("reason")), message: Some(evil("message")) }),
+        ..Default::default()
+    };
+    let hostile = pb::Pod {
+        metadata: Some(meta::ObjectMeta {
+            name: Some(evil("name")),
+            namespace: Some(evil("ns")),
+            uid: Some(evil("uid")),
+            resource_version: Some("9".into()),
+            labels: [(evil("key"), evil("value"))].into(),
+            ..Default::default()
+        }),
+        spec: Some(pb::PodSpec { node_name: Some(evil("node")), ..Default::default() }),
+        status: Some(pb::PodStatus {
+            phase: Some(evil("phase")),
+            reason: Some(evil("why")),
+            message: Some(evil("said")),
+            container_statuses: vec![container(&evil("c"), state, None, 1)],
+            ..Default::default()
+        }),
+    };
+    let list = pb::PodList { items: vec![hostile], metadata: None };
+    let pod = std::sync::Arc::new(pod_list(envelope("PodList", list.encode_to_vec())).unwrap().items.remove(0));
+    let state = crate::pod::PodState::of(&pod);
+    let before = crate::pod::PodState::of(&std::sync::Arc::new(Pod::default()));
+    let diff = before.diff(&state);
+    let key = crate::key::Key::of(&pod).to_string();
+    let labels: Vec<String> = state.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let fields = [key, state.uid.clone(), state.phase.clone(), state.node.clone(), labels.join(","), diff.text()];
+    let bad = |c: char| c.is_control() || matches!(c, '\u{202e}' | '\u{061c}' | '\u{200b}' | '\u{feff}');
+    for field in fields.iter().chain(diff.reasons().iter()) {
+        assert!(!field.chars().any(bad), "{field}");
+        assert!(field.contains(r"\n\u{1b}[2J\u{202e}\u{61c}\u{200b}\u{feff}"), "escaped, not dropped: {field}");
+    }
+    // Each one cut: a name to the longest a real one can be, a phase or
+    // a reason to a word, a message to a line's worth.
+    assert!(fields[..5].iter().all(|f| f.chars().count() < 2 * 300), "{fields:?}");
+    assert!(diff.changes.iter().all(|c| c.chars().count() < 2 * 300), "{:?}", diff.changes);
 }

@@ -283,6 +283,11 @@ impl Logger {
         self.lines.lock().unwrap().clone()
     }
 
+    /// The messages of its WARN lines, in order.
+    pub fn warnings(&self) -> Vec<String> {
+        warnings_in(&self.lines())
+    }
+
     pub fn dump(&self) -> String {
         let out: Vec<String> = self.lines().iter().map(|v| v.to_string()).collect();
         format!("stdout:\n{}\nstderr:\n{}", out.join("\n"), self.stderr.lock().unwrap().join("\n"))
@@ -670,4 +675,13 @@ impl Drop for Plane {
     fn drop(&mut self) {
         let _ = Command::new("bash").arg(repo().join("cluster/down.sh")).arg("--dir").arg(self.dir()).output();
     }
+}
+
+/// The messages of the WARN lines among `lines`, in order.
+pub fn warnings_in(lines: &[Value]) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| l["level"] == "WARN")
+        .map(|l| l["message"].as_str().unwrap_or_default().to_string())
+        .collect()
 }

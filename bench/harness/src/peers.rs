@@ -7,10 +7,14 @@ use std::time::Duration;
 /// Everything `make bench` runs, in the order it runs them at each N.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Peer {
-    /// bench-floor list: paged LIST, bytes thrown away.
+    /// bench-floor list: paged LIST as JSON, bytes thrown away.
     FloorList,
-    /// bench-floor stream: streaming list, bytes thrown away.
+    /// bench-floor stream: streaming list as JSON, bytes thrown away.
     FloorStream,
+    /// bench-floor list-protobuf: paged LIST as protobuf, bytes thrown away.
+    FloorListProtobuf,
+    /// bench-floor stream-protobuf: streaming list as protobuf, bytes thrown away.
+    FloorStreamProtobuf,
     /// demo-controller with its defaults.
     Demo,
     /// demo-controller --paged-list (when the binary has the flag).
@@ -30,14 +34,16 @@ pub enum Peer {
 
 pub const LOGGERS: [Peer; 7] =
     [Peer::Demo, Peer::DemoPaged, Peer::DemoJson, Peer::DemoPagedJson, Peer::GoWatchList, Peer::GoPaged, Peer::KubeRs];
-pub const FLOORS: [Peer; 2] = [Peer::FloorList, Peer::FloorStream];
+pub const FLOORS: [Peer; 4] = [Peer::FloorList, Peer::FloorStream, Peer::FloorListProtobuf, Peer::FloorStreamProtobuf];
 
 impl Peer {
     /// The column header in results.md and the plot legend.
     pub fn label(self) -> &'static str {
         match self {
-            Peer::FloorList => "floor: bare paged LIST",
-            Peer::FloorStream => "floor: bare streaming list",
+            Peer::FloorList => "floor: bare paged LIST, JSON",
+            Peer::FloorStream => "floor: bare streaming list, JSON",
+            Peer::FloorListProtobuf => "floor: bare paged LIST, protobuf",
+            Peer::FloorStreamProtobuf => "floor: bare streaming list, protobuf",
             Peer::Demo => "demo-controller",
             Peer::DemoPaged => "demo-controller --paged-list",
             Peer::DemoJson => "demo-controller --wire json",
@@ -53,6 +59,8 @@ impl Peer {
         match self {
             Peer::FloorList => "floor-list",
             Peer::FloorStream => "floor-stream",
+            Peer::FloorListProtobuf => "floor-list-protobuf",
+            Peer::FloorStreamProtobuf => "floor-stream-protobuf",
             Peer::Demo => "demo-controller",
             Peer::DemoPaged => "demo-controller-paged",
             Peer::DemoJson => "demo-controller-json",
@@ -65,6 +73,22 @@ impl Peer {
 
     pub fn is_logger(self) -> bool {
         LOGGERS.contains(&self)
+    }
+
+    /// Whether it reads pods as protobuf: demo-controller by default,
+    /// client-go always (its clientset asks for protobuf), and the protobuf
+    /// floors; the others read JSON. A sync time is read against the floor
+    /// of the same wire.
+    pub fn protobuf(self) -> bool {
+        matches!(
+            self,
+            Peer::Demo
+                | Peer::DemoPaged
+                | Peer::GoWatchList
+                | Peer::GoPaged
+                | Peer::FloorListProtobuf
+                | Peer::FloorStreamProtobuf
+        )
     }
 
     /// Whether it has a resync period (kube-rs has none; the floors do not cache).
@@ -114,9 +138,14 @@ impl Binaries {
     pub fn command(&self, peer: Peer, kubeconfig: &Path, resync: Duration) -> Command {
         let resync = format!("{}s", resync.as_secs());
         let mut cmd = match peer {
-            Peer::FloorList | Peer::FloorStream => {
+            Peer::FloorList | Peer::FloorStream | Peer::FloorListProtobuf | Peer::FloorStreamProtobuf => {
                 let mut cmd = Command::new(&self.floor);
-                cmd.arg(if peer == Peer::FloorList { "list" } else { "stream" });
+                cmd.arg(match peer {
+                    Peer::FloorList => "list",
+                    Peer::FloorStream => "stream",
+                    Peer::FloorListProtobuf => "list-protobuf",
+                    _ => "stream-protobuf",
+                });
                 cmd
             }
             Peer::Demo | Peer::DemoPaged | Peer::DemoJson | Peer::DemoPagedJson => {

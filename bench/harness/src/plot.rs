@@ -21,6 +21,8 @@ fn colour(peer: Peer) -> RGBColor {
         Peer::KubeRs => RGBColor(120, 60, 160),
         Peer::FloorList => RGBColor(90, 90, 90),
         Peer::FloorStream => RGBColor(160, 160, 160),
+        Peer::FloorListProtobuf => RGBColor(40, 40, 40),
+        Peer::FloorStreamProtobuf => RGBColor(120, 120, 120),
     }
 }
 

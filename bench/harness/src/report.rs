@@ -31,16 +31,15 @@ impl Results {
     /// Whether `peer` reads its first list as a stream (else paged LISTs).
     pub fn streams(&self, peer: Peer) -> bool {
         match peer {
-            Peer::FloorStream | Peer::GoWatchList => true,
+            Peer::FloorStream | Peer::FloorStreamProtobuf | Peer::GoWatchList => true,
             Peer::Demo | Peer::DemoJson => self.demo_streams,
             _ => false,
         }
     }
 
-    /// The sync-time floor for `peer`'s way of listing.
+    /// The sync-time floor for `peer`'s wire and way of listing.
     pub fn sync_floor(&self, row: &SizeRow, peer: Peer) -> Option<f64> {
-        let floor = if self.streams(peer) { Peer::FloorStream } else { Peer::FloorList };
-        row.m.get(&floor).map(|m| m.sync_ms)
+        row.m.get(&floor_of(self.streams(peer), peer.protobuf())).map(|m| m.sync_ms)
     }
 
     /// The smallest logger process with 0 pods, plus the kept fields' bytes per pod.
@@ -53,6 +52,16 @@ impl Results {
     pub fn rss_per_pod(&self, row: &SizeRow, peer: Peer) -> Option<f64> {
         let (m, base) = (row.m.get(&peer)?, self.base_mib.get(&peer)?);
         Some((m.steady_mib - base) * MIB / row.n as f64)
+    }
+}
+
+/// The floor of a wire and a list mode.
+fn floor_of(streams: bool, protobuf: bool) -> Peer {
+    match (streams, protobuf) {
+        (true, true) => Peer::FloorStreamProtobuf,
+        (true, false) => Peer::FloorStream,
+        (false, true) => Peer::FloorListProtobuf,
+        (false, false) => Peer::FloorList,
     }
 }
 
@@ -73,7 +82,7 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 const METRICS: &[Metric] = &[
     Metric { name: "time to cache synced (ms)", get: |_, _, _, m| Some(m.sync_ms), decimals: 0 },
     Metric {
-        name: "  / sync floor of its list mode (x)",
+        name: "  / sync floor of its wire and list mode (x)",
         get: |r, row, p, m| ratio(Some(m.sync_ms), r.sync_floor(row, p)),
         decimals: 2,
     },
@@ -232,11 +241,16 @@ pub fn targets(r: &Results) -> String {
     let sync = ratio(Some(demo.sync_ms), better_go(|m| m.sync_ms));
     line("time to cache synced <= 0.8x the better client-go mode", x(sync), sync.map(|v| v <= 0.8));
     let floor = ratio(Some(demo.sync_ms), r.sync_floor(row, Peer::Demo));
-    let floor_name = if r.demo_streams { "streaming-list" } else { "bare-LIST" };
-    line(&format!("time to cache synced <= 1.5x the {floor_name} floor"), x(floor), floor.map(|v| v <= 1.5));
+    let floor_name = floor_of(r.streams(Peer::Demo), Peer::Demo.protobuf()).label();
+    line(&format!("time to cache synced <= 1.5x the {floor_name}"), x(floor), floor.map(|v| v <= 1.5));
     if let Some(paged) = row.m.get(&Peer::DemoPaged) {
         let floor = ratio(Some(paged.sync_ms), r.sync_floor(row, Peer::DemoPaged));
-        line("--paged-list: time to cache synced <= 1.5x the bare-LIST floor", x(floor), floor.map(|v| v <= 1.5));
+        let floor_name = floor_of(false, Peer::DemoPaged.protobuf()).label();
+        line(
+            &format!("--paged-list: time to cache synced <= 1.5x the {floor_name}"),
+            x(floor),
+            floor.map(|v| v <= 1.5),
+        );
     }
     let added = percentile(&demo.added_lags, 99.0);
     line(
@@ -344,10 +358,13 @@ pub fn markdown(r: &Results, f: &Facts) -> String {
          (floors first, then the loggers in the column order); the harness and the control plane share the machine. \
          Every line a peer prints is stamped with the harness's clock as it arrives on the pipe.\n\n\
          - **time to cache synced**: spawn to the line containing `cache synced` (process start, TLS, the whole \
-         list). **/ sync floor**: divided by the floor of the same list mode (streaming: {demo_mode}\
-         client-go with WatchList on; paged: the others).\n\
+         list). **/ sync floor**: divided by the floor of the same wire and list mode (streaming: {demo_mode}\
+         client-go with WatchList on; paged: the others; protobuf: demo-controller without --wire json, and \
+         client-go, whose clientset asks for protobuf; JSON: the others).\n\
          - **floors**: each is measured three times at each N and the fastest try is kept. `bench-floor list` reads every page of a LIST (500 a page) and drops it; `bench-floor stream` \
-         reads the streaming list to its initial-events-end bookmark and drops it; `bench-floor watch` prints one \
+         reads the streaming list to its initial-events-end bookmark and drops it; `list-protobuf` and \
+         `stream-protobuf` do the same in protobuf, reading no more of each page or frame than its next-page token \
+         or its event type; `bench-floor watch` prints one \
          line per ADDED event and runs beside each logger during its burst. The memory floor is the smallest \
          logger's VmRSS with 0 pods plus N times the bytes of the field values demo-controller keeps.\n\
          - **RSS**: VmHWM (peak) and VmRSS (steady) from /proc, once all N initial add lines are out and no line came \

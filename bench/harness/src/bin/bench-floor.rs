@@ -8,6 +8,11 @@
 //! - `stream`: the streaming list (`watch` with `sendInitialEvents=true`),
 //!   read to the `k8s.io/initial-events-end` bookmark and thrown away. The
 //!   sync-time floor for a streaming list.
+//! - `list-protobuf`, `stream-protobuf`: the same two in protobuf, the API
+//!   server's own format: of each page only the next page's token and the
+//!   number of pods are decoded, of each frame only the event's type. The
+//!   floors for a client that reads protobuf (demo-controller by default,
+//!   client-go), so each sync time is read against the floor of its own wire.
 //! - `watch`: a watch from "now" that prints `onAdd: namespace/name` for each
 //!   ADDED event as it arrives and parses nothing else. The lag floor: run
 //!   beside a logger during a burst, it says when each event reached *a*
@@ -31,7 +36,7 @@ use serde::de::IgnoredAny;
 #[derive(Parser, Debug)]
 #[command(about = "Bare pod clients that measure the floors for make bench")]
 struct Opts {
-    /// What to do: list, stream or watch
+    /// What to do: list, stream, list-protobuf, stream-protobuf or watch
     #[arg(value_enum)]
     mode: Mode,
     /// Path to a kubeconfig
@@ -43,6 +48,8 @@ struct Opts {
 enum Mode {
     List,
     Stream,
+    ListProtobuf,
+    StreamProtobuf,
     Watch,
 }
 
@@ -61,6 +68,14 @@ async fn main() -> Result<(), Error> {
         }
         Mode::Stream => {
             let pods = stream(&client).await?;
+            println!("cache synced pods={pods} elapsed_ms={}", start.elapsed().as_millis());
+        }
+        Mode::ListProtobuf => {
+            let pods = list_protobuf(&client).await?;
+            println!("cache synced pods={pods} elapsed_ms={}", start.elapsed().as_millis());
+        }
+        Mode::StreamProtobuf => {
+            let pods = stream_protobuf(&client).await?;
             println!("cache synced pods={pods} elapsed_ms={}", start.elapsed().as_millis());
         }
         Mode::Watch => {
@@ -90,15 +105,19 @@ struct PageMeta {
     resource_version: Option<String>,
 }
 
+/// A page of the LIST of every pod: 500 a page, as kube and client-go page.
+fn page_uri(next: Option<&str>) -> String {
+    match next {
+        Some(token) => format!("/api/v1/pods?limit=500&continue={token}"),
+        None => "/api/v1/pods?limit=500".to_string(),
+    }
+}
+
 async fn list(client: &Client) -> Result<usize, Error> {
     let mut pods = 0;
     let mut next: Option<String> = None;
     loop {
-        let mut uri = "/api/v1/pods?limit=500".to_string();
-        if let Some(token) = &next {
-            uri.push_str("&continue=");
-            uri.push_str(token);
-        }
+        let uri = page_uri(next.as_deref());
         let text = client.request_text(http::Request::get(uri).body(Vec::new())?).await?;
         let page: Page = serde_json::from_str(&text)?;
         pods += page.items.len();
@@ -126,6 +145,101 @@ async fn stream(client: &Client) -> Result<usize, Error> {
             return Ok(pods);
         } else if line.starts_with(r#"{"type":"ERROR""#) {
             return Err(format!("the server refused the streaming list: {}", line.trim()).into());
+        }
+    }
+}
+
+/// What both protobuf floors ask for.
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// A GET asking for protobuf: the response's body, a stream of byte chunks.
+async fn get_protobuf(client: &Client, uri: &str) -> Result<kube::client::Body, Error> {
+    let request = http::Request::get(uri).header(http::header::ACCEPT, PROTOBUF).body(kube::client::Body::empty())?;
+    let response = client.send(request).await?;
+    let content_type = response.headers().get(http::header::CONTENT_TYPE).cloned();
+    if !response.status().is_success()
+        || content_type.as_ref().is_none_or(|t| !t.as_bytes().starts_with(PROTOBUF.as_bytes()))
+    {
+        return Err(format!("{uri}: answered {} with Content-Type {content_type:?}", response.status()).into());
+    }
+    Ok(response.into_body())
+}
+
+/// `k8s\0` + runtime.Unknown: only its `raw` (field 2), the object's bytes.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Unknown {
+    #[prost(bytes = "bytes", optional, tag = "2")]
+    raw: Option<bytes::Bytes>,
+}
+
+/// A PodList with its items left as bytes (counted, never decoded) and of
+/// its ListMeta only the continue token.
+#[derive(Clone, PartialEq, prost::Message)]
+struct PodListPage {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ListMetaContinue>,
+    #[prost(bytes = "bytes", repeated, tag = "2")]
+    items: Vec<bytes::Bytes>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ListMetaContinue {
+    #[prost(string, optional, tag = "3")]
+    r#continue: Option<String>,
+}
+
+async fn list_protobuf(client: &Client) -> Result<usize, Error> {
+    use http_body_util::BodyExt;
+    use prost::Message;
+    let mut pods = 0;
+    let mut next: Option<String> = None;
+    loop {
+        let uri = page_uri(next.as_deref());
+        let body = get_protobuf(client, &uri).await?.collect().await?.to_bytes();
+        let unknown = Unknown::decode(body.get(4..).ok_or("an empty LIST response")?)?;
+        let page = PodListPage::decode(unknown.raw.unwrap_or_default())?;
+        pods += page.items.len();
+        match page.metadata.and_then(|m| m.r#continue).filter(|t| !t.is_empty()) {
+            Some(token) => next = Some(token),
+            None => return Ok(pods),
+        }
+    }
+}
+
+/// A watch event, of which only the type is decoded.
+#[derive(Clone, PartialEq, prost::Message)]
+struct EventType {
+    #[prost(string, optional, tag = "1")]
+    r#type: Option<String>,
+}
+
+async fn stream_protobuf(client: &Client) -> Result<usize, Error> {
+    use futures::StreamExt;
+    use http_body_util::BodyExt;
+    use prost::Message;
+    // The request demo-controller's streaming list sends.
+    let uri = "/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true\
+               &resourceVersionMatch=NotOlderThan&resourceVersion=0";
+    let mut body = get_protobuf(client, uri).await?.into_data_stream();
+    let (mut buffer, mut pods) = (bytes::BytesMut::new(), 0);
+    loop {
+        // Every whole frame in the buffer: a 4-byte big-endian length, then a WatchEvent.
+        while buffer.len() >= 4 {
+            let len = u32::from_be_bytes([buffer[0], buffer[1], buffer[2], buffer[3]]) as usize;
+            if buffer.len() < 4 + len {
+                break;
+            }
+            let frame = buffer.split_to(4 + len).freeze().slice(4..);
+            match EventType::decode(frame.clone())?.r#type.as_deref() {
+                Some("ADDED") => pods += 1,
+                Some("BOOKMARK") if frame.windows(25).any(|w| w == b"k8s.io/initial-events-end") => return Ok(pods),
+                Some("ERROR") => return Err("the server refused the streaming list".into()),
+                _ => {}
+            }
+        }
+        match body.next().await {
+            Some(chunk) => buffer.extend_from_slice(&chunk?),
+            None => return Err("the stream ended before the initial-events-end bookmark".into()),
         }
     }
 }
