@@ -253,13 +253,13 @@ fn bench_summary() -> String {
     if b.get(100_000, sync, demo).is_some() {
         let rss = |peer| b.at(100_000, STEADY, peer);
         out += &format!(
-            " At 100,000 pods it synced in {} ms (client-go's better mode:\n{} ms) and held {:.0} MiB, against {:.0} to {:.0} MiB for client-go and {:.0} MiB for the kube-rs logger.",
+            " At 100,000 pods it synced in {} ms (client-go's better mode:\n{} ms) and held {} MiB, against {} to {} MiB for client-go and {} MiB for the kube-rs logger.",
             thousands(b.at(100_000, sync, demo) as u64),
             thousands(better_go(100_000) as u64),
-            rss(demo),
-            rss(go_on).min(rss(go_off)),
-            rss(go_on).max(rss(go_off)),
-            rss("kube-rs idiomatic"),
+            thousands(rss(demo).round() as u64),
+            thousands(rss(go_on).min(rss(go_off)).round() as u64),
+            thousands(rss(go_on).max(rss(go_off)).round() as u64),
+            thousands(rss("kube-rs idiomatic").round() as u64),
         );
     }
     let missed: Vec<&str> = b.0["targets"]

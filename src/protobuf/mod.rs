@@ -2,11 +2,10 @@
 //! messages that read from them only what the cache keeps.
 //!
 //! Why: kube-apiserver keeps objects in etcd as protobuf and encodes JSON for
-//! clients that ask for it. A list of 10,000 realistic pods is 54.9 MB of JSON
-//! and 37.6 MB of protobuf, and the server spends 1.2 to 1.9 times the CPU
-//! to make the JSON (bench/profile.md, three runs of each). client-go asks
-//! for protobuf; kube-rs can ask only for JSON, so this module reads
-//! protobuf itself, for pods alone.
+//! clients that ask for it. A list of pods is smaller in protobuf than in
+//! JSON, and the server spends more CPU to make the JSON (bench/profile.md
+//! has the measured sizes and CPU). client-go asks for protobuf; kube-rs can
+//! ask only for JSON, so this module reads protobuf itself, for pods alone.
 //!
 //! The wire format, as the API concepts document it
 //! (<https://kubernetes.io/docs/reference/using-api/api-concepts/#protobuf-encoding>):
