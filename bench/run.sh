@@ -11,7 +11,7 @@
 # Usage: bench/run.sh [--sizes 1000,10000] [--with-100k] [--burst 5000] [--idle 60s]
 #                     [--resync-margin 40s] [--conditions TEXT] [--out bench]
 #
-# The default run takes about half an hour on 2 cores. For a quick look:
+# The harness prints how long it expects the run to take when it starts. For a quick look:
 #     bench/run.sh --sizes 200,1000 --burst 300 --idle 3s --resync-margin 12s --out target/bench-quick
 set -euo pipefail
 
