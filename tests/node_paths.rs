@@ -356,7 +356,7 @@ async fn node_another_users_flock_on_the_lock_does_not_stop_a_start() {
     assert!(up.status.success(), "node/up.sh: {}", stderr(&up));
     assert!(
         stderr(&up).contains(&format!(
-            "node/up.sh: replacing {}: it was not root's with mode 0600, so any user could hold it (held by uid {NOBODY})\n",
+            "node/up.sh: replacing {}: it was not root's with mode 0600, so any user could hold it (open by uid {NOBODY})\n",
             lock.display()
         )),
         "{}",

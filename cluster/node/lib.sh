@@ -65,27 +65,27 @@ parse_dir() {
 # write, and checked on the open descriptor before it counts: no other user
 # can open it, so none can hold it. One left by an older version (0644, which
 # any user could open and hold) is removed and made again, unless a process
-# of root's holds it: then it is a running node's.
+# of root's has it open: then it may be a running node's.
 take_lock() {
-	local other um holders
+	local other um openers
 	checked "$(dirname "$lock_file")" >/dev/null || exit 1
 	while :; do
-		if [[ -L $lock_file || (-e $lock_file && $(stat -c '%F %u %a' -- "$lock_file") != "regular file 0 600") ]]; then
-			holders=$(lock_holders)
-			if [[ " $holders " == *" 0 "* ]]; then
-				log "error: a local node of an older version holds $lock_file: stop it first with that version's cluster/node/down.sh"
+		if [[ -L $lock_file || (-e $lock_file && (! -f $lock_file || $(stat -c '%u %a' -- "$lock_file") != "0 600")) ]]; then
+			openers=$(lock_openers)
+			if [[ " $openers " == *" 0 "* ]]; then
+				log "error: $lock_file is open in a process of root's (a local node of an older version?): stop that node first with its cluster/node/down.sh"
 				exit 1
 			fi
-			log "replacing $lock_file: it was not root's with mode 0600, so any user could hold it${holders:+ (held by uid $holders)}"
+			log "replacing $lock_file: it was not root's with mode 0600, so any user could hold it${openers:+ (open by uid $openers)}"
 			rm -f -- "$lock_file"
 		fi
 		um=$(umask)
 		umask 077
 		exec 8>>"$lock_file"
 		umask "$um"
-		if [[ $(stat -Lc '%F %u %a' "/proc/$$/fd/8") != "regular file 0 600" ]]; then
-			exec 8>&-
-			continue # replaced meanwhile by a run of an older version: judged again
+		if [[ ! -f /proc/$$/fd/8 || $(stat -Lc '%u %a' "/proc/$$/fd/8") != "0 600" ]]; then
+			log "error: $lock_file is not root's with mode 0600 (made meanwhile by something else?): not using it"
+			exit 1
 		fi
 		if ! flock -n 8; then
 			other=$(cat "$lock_file" 2>/dev/null || true)
@@ -98,12 +98,11 @@ take_lock() {
 	echo "$dir" >"$lock_file"
 }
 
-# lock_holders: the uids of the processes holding an flock on the lock file
-# (from /proc/locks, which names each lock's pid and device:inode).
-lock_holders() {
-	local ino pid
-	ino=$(stat -c %i -- "$lock_file" 2>/dev/null) || return 0
-	awk -v ino="$ino" '$2 == "FLOCK" { n = split($6, f, ":"); if (f[n] == ino) print $5 }' /proc/locks |
+# lock_openers: the uids of the processes that have the lock file open (an
+# flock is held through an open descriptor; /proc/locks names only the
+# process that took it, which may be gone while another still holds it).
+lock_openers() {
+	find /proc/[0-9]*/fd -lname "$lock_file" 2>/dev/null | cut -d/ -f3 |
 		while read -r pid; do stat -c %u "/proc/$pid" 2>/dev/null || true; done | sort -un | tr '\n' ' ' | sed 's/ $//'
 }
 
