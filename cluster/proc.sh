@@ -65,25 +65,42 @@ owner_ok() { [[ $1 == 0 || $1 == "$EUID" || $1 == "${TRUSTED_UID:-0}" ]]; }
 # pointed at the checked file a moment ago may point elsewhere now, while the
 # resolved path runs only through directories no other user can change.
 checked() {
-	local given=$1 real p owner mode
+	local given=$1 real p part parts
 	[[ $given == /* ]] || given=$PWD/$given
+	# The path as given, from / down: the first part another user controls
+	# is named, whatever their symlinks below it point at this instant.
+	p=/
+	check_one "$1" / || return 1
+	IFS=/ read -ra parts <<<"$given"
+	for part in "${parts[@]}"; do
+		[[ -n $part ]] || continue
+		p=${p%/}/$part
+		check_one "$1" "$p" || return 1
+	done
 	real=$(realpath -e -- "$given" 2>/dev/null) || { log "error: refusing to use $1: it does not exist"; return 1; }
-	for p in "$given" "$real"; do
-		while :; do
-			read -r owner mode < <(stat -c '%u %a' -- "$p")
-			if ! owner_ok "$owner"; then
-				log "error: refusing to use $1: $p is owned by uid $owner, so that user could have replaced it; ${TRUSTED_HINT:-build it afresh as this user (remove the cache, or set DEMO_CONTROLLER_CACHE to a directory of your own)}"
-				return 1
-			fi
-			if [[ ! -L $p ]] && ((8#$mode & 8#022)) && { [[ ! -d $p ]] || ((!(8#$mode & 8#1000))); }; then
-				log "error: refusing to use $1: $p is writable by other users (mode $mode), so one of them could have replaced it; ${TRUSTED_HINT:-chmod go-w it or build afresh}"
-				return 1
-			fi
-			[[ $p == / ]] && break
-			p=$(dirname -- "$p")
-		done
+	p=$real
+	while :; do
+		check_one "$1" "$p" || return 1
+		[[ $p == / ]] && break
+		p=$(dirname -- "$p")
 	done
 	echo "$real"
+}
+
+# check_one WHAT PATH: PATH itself (a symlink by its own owner) is owned by
+# root, us or TRUSTED_UID and writable by nobody else (see checked, which
+# refuses WHAT, in one line, when it is not).
+check_one() {
+	local owner mode
+	read -r owner mode < <(stat -c '%u %a' -- "$2" 2>/dev/null) || { log "error: refusing to use $1: $2 does not exist"; return 1; }
+	if ! owner_ok "$owner"; then
+		log "error: refusing to use $1: $2 is owned by uid $owner, so that user could have replaced it; ${TRUSTED_HINT:-build it afresh as this user (remove the cache, or set DEMO_CONTROLLER_CACHE to a directory of your own)}"
+		return 1
+	fi
+	if [[ ! -L $2 ]] && ((8#$mode & 8#022)) && { [[ ! -d $2 ]] || ((!(8#$mode & 8#1000))); }; then
+		log "error: refusing to use $1: $2 is writable by other users (mode $mode), so one of them could have replaced it; ${TRUSTED_HINT:-chmod go-w it or build afresh}"
+		return 1
+	fi
 }
 
 # make_dirs PATH: PATH as a directory, made if missing, and printed resolved
@@ -126,6 +143,14 @@ cache_dir() {
 # someone else wrote) is refused. The caller sets dir and repo; every
 # directory above DIR may also be the repository owner's (TRUSTED_UID).
 
+# as_dir_check CMD ARGS...: CMD (checked, make_dirs) as DIR's checks run it:
+# DIR and the directories above it may be the repository owner's too (their
+# owner could change the scripts themselves anyway).
+# shellcheck disable=SC2154 # repo: set by the caller
+as_dir_check() {
+	TRUSTED_UID=$(stat -c %u "$repo") TRUSTED_HINT="pick a --dir that only root (or the repository's owner) can change" "$@"
+}
+
 # refuse_dir WHY: the one line of a refusal, and exit 1: nothing was changed.
 refuse_dir() {
 	log "error: refusing --dir $dir: $1; not touching it"
@@ -141,8 +166,7 @@ guard_dir() {
 	[[ $owner == "$EUID" ]] || refuse_dir "it is owned by uid $owner, not by uid $EUID, who runs this"
 	[[ -f $dir/$marker && ! -L $dir/$marker ]] || refuse_dir "it was not made by this project (no $marker in it)"
 	[[ $mode == 700 ]] || refuse_dir "its mode is $mode, not the 700 it was made with"
-	dir=$(TRUSTED_UID=$(stat -c %u "$repo") TRUSTED_HINT="pick a --dir that only root (or the repository's owner) can change" \
-		checked "$dir") || exit 1
+	dir=$(as_dir_check checked "$dir") || exit 1
 }
 
 # guard_or_parent MARKER: guard_dir when DIR exists; otherwise checks the
@@ -156,8 +180,7 @@ guard_or_parent() {
 	fi
 	p=$(realpath -m -s -- "$dir")
 	while [[ ! -e $p && ! -L $p ]]; do p=$(dirname -- "$p"); done
-	TRUSTED_UID=$(stat -c %u "$repo") TRUSTED_HINT="pick a --dir that only root (or the repository's owner) can change" \
-		checked "$p" >/dev/null || exit 1
+	as_dir_check checked "$p" >/dev/null || exit 1
 }
 
 # claim_dir MARKER: DIR, guarded when it exists; otherwise made: its missing
@@ -170,8 +193,7 @@ claim_dir() {
 		guard_dir "$marker"
 		return
 	fi
-	parent=$(TRUSTED_UID=$(stat -c %u "$repo") TRUSTED_HINT="pick a --dir that only root (or the repository's owner) can change" \
-		make_dirs "$(dirname -- "$(realpath -m -s -- "$dir")")") || exit 1
+	parent=$(as_dir_check make_dirs "$(dirname -- "$(realpath -m -s -- "$dir")")") || exit 1
 	dir=$parent/$(basename -- "$dir")
 	mkdir -m 700 -- "$dir" 2>/dev/null || refuse_dir "it was made by someone else meanwhile"
 	[[ ! -L $dir && $(stat -c '%u %a' -- "$dir") == "$EUID 700" ]] || refuse_dir "it is not the directory just made"

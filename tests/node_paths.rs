@@ -227,12 +227,20 @@ fn real_plane_cache() -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last().unwrap())
 }
 
-/// Kills a child (nobody's process) and reaps it, on drop.
+/// A process of nobody's in a process group of its own: the group is
+/// killed (no `ln` or `mv` of it left running) and the child reaped on drop.
 struct Reaped(Child);
+
+impl Reaped {
+    fn spawn(mut cmd: Command) -> Reaped {
+        use std::os::unix::process::CommandExt;
+        Reaped(cmd.process_group(0).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap())
+    }
+}
 
 impl Drop for Reaped {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.0.id())]).status();
         let _ = self.0.wait();
     }
 }
@@ -274,8 +282,11 @@ async fn node_root_runs_no_binary_from_a_cache_another_user_controls() {
         d = theirs.0.display(),
         link = link.display()
     );
-    let _swapper =
-        Reaped(nobody().args(["sh", "-c", &swap]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let _swapper = Reaped::spawn({
+        let mut cmd = nobody();
+        cmd.args(["sh", "-c", &swap]);
+        cmd
+    });
     let cache = link.to_str().unwrap();
     let plane = repo().join("target/test-theirs-cache-plane");
     let node = repo().join("target/test-theirs-cache-node");
@@ -336,11 +347,16 @@ async fn node_another_users_flock_on_the_lock_does_not_stop_a_start() {
     no_other_node();
     let lock = Path::new("/run/demo-controller-node.lock");
     // As older versions left it: 0644, so nobody can open it and hold it.
+    let _stale = Stale(lock);
     std::fs::write(lock, "").unwrap();
     std::fs::set_permissions(lock, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     // One process of theirs, holding it (kill it and the lock is gone).
     let hold = format!("exec 9<{} && flock 9 && exec sleep 600", lock.display());
-    let _holder = Reaped(nobody().args(["sh", "-c", &hold]).spawn().unwrap());
+    let _holder = Reaped::spawn({
+        let mut cmd = nobody();
+        cmd.args(["sh", "-c", &hold]);
+        cmd
+    });
     let start = Instant::now();
     while Command::new("flock").arg("-n").arg(lock).arg("true").status().unwrap().success() {
         assert!(start.elapsed() < Duration::from_secs(10), "nobody never got the lock");
@@ -366,6 +382,18 @@ async fn node_another_users_flock_on_the_lock_does_not_stop_a_start() {
     assert!(!again.status.success() && stderr(&again).contains("Permission denied"), "{again:?}");
     assert!(down.status.success(), "node/down.sh: {}", stderr(&down));
     assert!(!lock.exists(), "down.sh removes the lock");
+}
+
+/// Removes the lock file on drop if it is still the 0644 one the test made
+/// (the start failed before replacing it), so later tests find none.
+struct Stale<'a>(&'a Path);
+
+impl Drop for Stale<'_> {
+    fn drop(&mut self) {
+        if std::fs::metadata(self.0).is_ok_and(|m| m.mode() & 0o777 == 0o644) {
+            let _ = std::fs::remove_file(self.0);
+        }
+    }
 }
 
 /// `cluster/up.sh` on a running control plane only says so: how a user sees

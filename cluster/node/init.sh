@@ -15,6 +15,8 @@ log() { echo "node/init.sh: $*" >&2; }
 source "$here/lib.sh"
 # shellcheck source=/dev/null
 source "$dir/init.env" # repo, timeout, and the binaries and archives up.sh checked, by their resolved paths
+: "${repo:?}" "${timeout:?}" "${kubelet:?}" "${kube_scheduler:?}" "${kube_controller_manager:?}" "${kube_proxy:?}" \
+	"${pause_tar:?}" "${busybox_tar:?}"
 t0=${EPOCHREALTIME//[!0-9]/}
 secs() { local m=$(((${EPOCHREALTIME//[!0-9]/} - t0) / 1000)); echo "$((m / 1000)).$((m % 1000 / 100)) s"; }
 

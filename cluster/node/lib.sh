@@ -102,7 +102,8 @@ take_lock() {
 # flock is held through an open descriptor; /proc/locks names only the
 # process that took it, which may be gone while another still holds it).
 lock_openers() {
-	find /proc/[0-9]*/fd -lname "$lock_file" 2>/dev/null | cut -d/ -f3 |
+	# (find fails on processes that exit while it reads /proc: fine here.)
+	{ find /proc/[0-9]*/fd -lname "$lock_file" 2>/dev/null || true; } | cut -d/ -f3 |
 		while read -r pid; do stat -c %u "/proc/$pid" 2>/dev/null || true; done | sort -un | tr '\n' ' ' | sed 's/ $//'
 }
 
