@@ -65,40 +65,64 @@ owner_ok() { [[ $1 == 0 || $1 == "$EUID" || $1 == "${TRUSTED_UID:-0}" ]]; }
 # pointed at the checked file a moment ago may point elsewhere now, while the
 # resolved path runs only through directories no other user can change.
 checked() {
-	local given=$1 real p part parts
+	local given=$1 real paths=(/)
 	[[ $given == /* ]] || given=$PWD/$given
-	# The path as given, from / down: the first part another user controls
-	# is named, whatever their symlinks below it point at this instant.
-	p=/
-	check_one "$1" / || return 1
-	IFS=/ read -ra parts <<<"$given"
-	for part in "${parts[@]}"; do
-		[[ -n $part ]] || continue
-		p=${p%/}/$part
-		check_one "$1" "$p" || return 1
-	done
+	# Every part of the path as given, from / down, first: the first part
+	# another user controls is the one named, whatever their symlinks below
+	# it point at this instant. Then every part of the resolved path.
+	prefixes "$given"
+	judge "$1" "${paths[@]}" || return 1
 	real=$(realpath -e -- "$given" 2>/dev/null) || { log "error: refusing to use $1: it does not exist"; return 1; }
-	p=$real
-	while :; do
-		check_one "$1" "$p" || return 1
-		[[ $p == / ]] && break
-		p=$(dirname -- "$p")
-	done
+	paths=(/)
+	prefixes "$real"
+	judge "$1" "${paths[@]}" || return 1
 	echo "$real"
 }
 
-# check_one WHAT PATH: PATH itself (a symlink by its own owner) is owned by
-# root, us or TRUSTED_UID and writable by nobody else (see checked, which
-# refuses WHAT, in one line, when it is not).
+# judge WHAT PATH...: check_one for each PATH, in order; one stat for them
+# all, as this runs for every binary of every start (and one each, only to
+# name the first that fails, when one of them is missing).
+judge() {
+	local what=$1 i p owner mode type st=()
+	shift
+	mapfile -t st < <(stat -c '%u %a %F' -- "$@" 2>/dev/null)
+	if ((${#st[@]} != $#)); then
+		for p in "$@"; do
+			read -r owner mode type < <(stat -c '%u %a %F' -- "$p" 2>/dev/null) ||
+				{ log "error: refusing to use $what: $p does not exist"; return 1; }
+			check_one "$what" "$p" "$owner" "$mode" "$type" || return 1
+		done
+		return 0
+	fi
+	for ((i = 1; i <= $#; i++)); do
+		read -r owner mode type <<<"${st[i - 1]}"
+		check_one "$what" "${!i}" "$owner" "$mode" "$type" || return 1
+	done
+}
+
+# prefixes PATH: appends to paths every path from the first part of PATH
+# (absolute) down to PATH itself.
+prefixes() {
+	local part parts p=
+	IFS=/ read -ra parts <<<"$1"
+	for part in "${parts[@]}"; do
+		[[ -n $part ]] || continue
+		p=$p/$part
+		paths+=("$p")
+	done
+}
+
+# check_one WHAT PATH OWNER MODE TYPE: PATH (as stat saw it; a symlink by
+# its own owner) is owned by root, us or TRUSTED_UID and writable by nobody
+# else (see checked, which refuses WHAT, in one line, when it is not).
 check_one() {
-	local owner mode
-	read -r owner mode < <(stat -c '%u %a' -- "$2" 2>/dev/null) || { log "error: refusing to use $1: $2 does not exist"; return 1; }
+	local what=$1 p=$2 owner=$3 mode=$4 type=$5
 	if ! owner_ok "$owner"; then
-		log "error: refusing to use $1: $2 is owned by uid $owner, so that user could have replaced it; ${TRUSTED_HINT:-build it afresh as this user (remove the cache, or set DEMO_CONTROLLER_CACHE to a directory of your own)}"
+		log "error: refusing to use $what: $p is owned by uid $owner, so that user could have replaced it; ${TRUSTED_HINT:-build it afresh as this user (remove the cache, or set DEMO_CONTROLLER_CACHE to a directory of your own)}"
 		return 1
 	fi
-	if [[ ! -L $2 ]] && ((8#$mode & 8#022)) && { [[ ! -d $2 ]] || ((!(8#$mode & 8#1000))); }; then
-		log "error: refusing to use $1: $2 is writable by other users (mode $mode), so one of them could have replaced it; ${TRUSTED_HINT:-chmod go-w it or build afresh}"
+	if [[ $type != "symbolic link" ]] && ((8#$mode & 8#022)) && { [[ $type != directory ]] || ((!(8#$mode & 8#1000))); }; then
+		log "error: refusing to use $what: $p is writable by other users (mode $mode), so one of them could have replaced it; ${TRUSTED_HINT:-chmod go-w it or build afresh}"
 		return 1
 	fi
 }
