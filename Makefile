@@ -14,8 +14,8 @@ build: ## Build the release binary
 run: ## Run against the current kubeconfig context (pass flags with ARGS="-n default")
 	cargo run --release --locked -- $(ARGS)
 
-demo: ## No cluster? Start a local one, show onAdd/onUpdate/onDelete, clean up
-	bash cluster/demo.sh
+demo: ## No cluster? Start a local one, show onAdd/onUpdate/onDelete, clean up (one already running from cluster-up/node-up is used and left running)
+	NODE_DIR=$(NODE_DIR) bash cluster/demo.sh --dir $(CLUSTER_DIR)
 
 test: lint book-check ## Lint, build the book (warnings are errors), then every unit and end-to-end test against a real local control plane
 	bash cluster/test.sh

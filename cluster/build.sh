@@ -17,6 +17,8 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+log() { echo "build.sh: $*" >&2; }
+source "$here/proc.sh" # cache_dir
 
 # Versions, in one place; go.mod files pin the same ones.
 k8s_version=v1.35.4
@@ -29,14 +31,15 @@ key=$(
 		go version
 	} | sha256sum | cut -c1-16
 )
-cache=${DEMO_CONTROLLER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/demo-controller}/control-plane/$key
+# Resolved and checked before anything is written there (root runs what it
+# holds): see cache_dir in proc.sh.
+cache=$(cache_dir "control-plane/$key") || exit 1
 
 if [[ -x $cache/kube-apiserver && -x $cache/etcd ]]; then
 	echo "$cache"
 	exit 0
 fi
 
-mkdir -p "$cache"
 # Build into a temporary name and rename at the end, so an interrupted build
 # never leaves a half-written binary that a later run would trust.
 tmp=$(mktemp -d "$cache/.build.XXXXXX")

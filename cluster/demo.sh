@@ -3,43 +3,37 @@
 # control plane, runs demo-controller against it, then creates a pod, labels
 # it, moves it to Running and deletes it, so onAdd, onUpdate and onDelete
 # appear, and tears everything down again (also on Ctrl-C).
+#
+# It stops only what it started: with a control plane already running in DIR
+# (`make cluster-up`), the lesson runs in it and leaves it running (even as
+# root); with a local node already running in NODE_DIR (`make node-up`), the
+# node's lesson runs in that node and leaves it running.
+#
+# Usage: cluster/demo.sh [--dir DIR]   (DIR defaults to <repo>/target/local-cluster;
+#        NODE_DIR in the environment, default <repo>/target/local-node)
 set -euo pipefail
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # repo, dir, marker, the directory guard
+log() { echo "demo.sh: $*" >&2; }
 cd "$repo"
+
+# A DIR that exists goes through the directory guard (proc.sh) before
+# anything in it is read.
+[[ -e $dir || -L $dir ]] && guard_dir "$marker"
+ours=1
+plane_ready "$dir" >/dev/null && ours=0
 
 # With root and the node's packages (present or installable) the demo runs real
 # pods on a real node; otherwise the apiserver-only lesson below.
-if ((EUID == 0)) && { bash cluster/node/deps.sh --check 2>/dev/null || command -v apt-get >/dev/null; }; then
-	exec bash cluster/node/demo.sh
+if ((ours && EUID == 0)) && { bash cluster/node/deps.sh --check 2>/dev/null || command -v apt-get >/dev/null; }; then
+	exec bash cluster/node/demo.sh --dir "${NODE_DIR:-$repo/target/local-node}"
 fi
-echo "demo.sh: no real pods in this demo (no kubelet: they stay Pending); run \`make demo\` as root for the one with a real node" >&2
+log "no real pods in this demo (no kubelet: they stay Pending); run \`make demo\` as root, with no control plane running in $dir, for the one with a real node"
 
-dir=$repo/target/local-cluster
-log=$dir/demo-controller.log
+logfile=$dir/demo-controller.log
 logger=
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
-
-cleanup() {
-	trap - EXIT INT TERM
-	if [[ -n $logger ]] && kill -0 "$logger" 2>/dev/null; then
-		say "stopping demo-controller (SIGTERM: it drains its queue and exits 0)"
-		kill -TERM "$logger" 2>/dev/null || true
-		wait "$logger" 2>/dev/null || true
-	fi
-	say "stopping the local control plane"
-	bash cluster/down.sh --dir "$dir"
-}
-trap cleanup EXIT INT TERM
-
-say "building demo-controller"
-cargo build --locked --quiet
-
-say "starting the local control plane (kube-apiserver on 127.0.0.1, etcd on a unix socket)"
-export KUBECONFIG=$dir/kubeconfig
-bash cluster/up.sh --dir "$dir" >/dev/null
-source "$dir/env"
 
 # The API, spoken with curl and the admin certificate: no kubectl needed.
 api() {
@@ -49,12 +43,44 @@ api() {
 }
 pods=/api/v1/namespaces/default/pods
 
+cleanup() {
+	trap - EXIT INT TERM
+	if [[ -n $logger ]] && kill -0 "$logger" 2>/dev/null; then
+		say "stopping demo-controller (SIGTERM: it drains its queue and exits 0)"
+		kill -TERM "$logger" 2>/dev/null || true
+		wait "$logger" 2>/dev/null || true
+	fi
+	if ((ours)); then
+		say "stopping the local control plane"
+		bash cluster/down.sh --dir "$dir"
+	else
+		# The demo's pod, should it have been cut short.
+		if [[ -n ${APISERVER_URL:-} ]]; then api DELETE "$pods/kuard" 2>/dev/null || true; fi
+		say "the control plane in $dir was running before the demo: left running"
+	fi
+}
+trap cleanup EXIT INT TERM
+
+say "building demo-controller"
+cargo build --locked --quiet
+
+if ((ours)); then
+	say "starting the local control plane (kube-apiserver on 127.0.0.1, etcd on a unix socket)"
+	bash cluster/up.sh --dir "$dir" >/dev/null
+	dir=$(realpath -- "$dir")
+else
+	say "using the control plane already running in $dir"
+fi
+export KUBECONFIG=$dir/kubeconfig
+# shellcheck source=/dev/null
+source "$dir/env"
+
 say "starting demo-controller (its log lines follow)"
 # Its output goes to the terminal and to a file; with process substitution
 # `$!` is the logger itself, the process to signal at the end.
-target/debug/demo-controller --probe-addr 0 --metrics-addr 0 > >(tee "$log") 2>&1 &
+target/debug/demo-controller --probe-addr 0 --metrics-addr 0 > >(tee "$logfile") 2>&1 &
 logger=$!
-for _ in $(seq 100); do grep -q "cache synced" "$log" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 100); do grep -q "cache synced" "$logfile" 2>/dev/null && break; sleep 0.1; done
 
 step() { say "$1"; shift; api "$@"; sleep 2; }
 step "kubectl run kuard --image=gcr.io/kuar-demo/kuard-amd64:blue   -> onAdd" \

@@ -6,22 +6,21 @@
 #
 # Usage: cluster/down.sh [--dir DIR]     (DIR defaults to <repo>/target/local-cluster)
 #
-# Idempotent: without DIR it does nothing and exits 0.
+# Idempotent: without DIR it does nothing and exits 0. A DIR up.sh did not
+# make (no .demo-controller-cluster, or not ours and 0700) is refused in one
+# line and left as it is.
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 log() { echo "down.sh: $*" >&2; }
 
-[[ -e $dir ]] || exit 0
-dir=$(cd "$dir" && pwd)
-
-# DIR is removed recursively at the end: refuse a directory that up.sh did not
-# make (a mistyped --dir must not wipe anything else).
-if [[ -n $(ls -A "$dir") && ! -e $dir/pki && ! -e $dir/etcd.sh && ! -e $dir/kube-apiserver.sh && ! -e $dir/env ]]; then
-	log "error: $dir does not look like a local cluster directory made by up.sh; not touching it"
-	exit 1
-fi
+[[ -e $dir || -L $dir ]] || exit 0
+# DIR is removed recursively at the end: only a directory up.sh made (the
+# directory guard in proc.sh: ours, mode 0700, with the marker), never one
+# that merely holds files named like a cluster's (a mistyped --dir, /etc with
+# its pki/, a project with a Python env/).
+guard_dir "$marker"
 
 # Same lock as up.sh (see there), unless up.sh is our caller and holds it.
 held_by_caller=0
@@ -75,10 +74,10 @@ fi
 stop ${apiservers[@]+"${apiservers[@]}"}
 stop ${etcds[@]+"${etcds[@]}"}
 if ((held_by_caller)); then
-	# up.sh's lock is on DIR itself: empty it, keep the directory.
-	find "$dir" -mindepth 1 -delete
+	# up.sh's lock is on DIR itself: empty it, keep the directory and its marker.
+	find "$dir" -mindepth 1 ! -path "$dir/$marker" -delete
 	log "stopped ${#apiservers[@]} kube-apiserver and ${#etcds[@]} etcd process(es); emptied $dir"
 else
-	rm -rf "$dir"
+	rm -rf --one-file-system "$dir"
 	log "stopped ${#apiservers[@]} kube-apiserver and ${#etcds[@]} etcd process(es); removed $dir"
 fi

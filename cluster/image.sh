@@ -20,12 +20,21 @@
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 log() { echo "image.sh: $*" >&2; }
+source "$repo/cluster/proc.sh" # cache_dir
 cd "$repo"
 t0=$SECONDS
 
 bases=(docker.io/library/rust:1.95-bookworm gcr.io/distroless/cc-debian12:nonroot)
 cache=${DEMO_CONTROLLER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/demo-controller}
-own=(podman --root "$cache/podman/root" --runroot "$cache/podman/runroot")
+# own_store: sets own to podman on the project's store, resolved and checked
+# (see checked in proc.sh): podman writes its locks there, so no path another
+# user controls. Fails when there is no such store, or it is not safe.
+own=()
+own_store() {
+	local store
+	[[ -d $cache/podman ]] && store=$(checked "$cache/podman") || return 1
+	own=(podman --root "$store/root" --runroot "$store/runroot")
+}
 stand_in_label=org.demo-controller.built-on-stand-ins
 
 have_docker() { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }
@@ -42,7 +51,7 @@ case ${1:-} in
 	image=${2:?usage: image.sh --where IMAGE}
 	if have_docker && docker image inspect "$image" >/dev/null 2>&1; then echo docker; exit 0; fi
 	if have_podman && podman image exists "$image" 2>/dev/null; then echo podman; exit 0; fi
-	if have_podman && [[ -d $cache/podman/root ]] && "${own[@]}" image exists "$image" 2>/dev/null; then echo "${own[*]}"; exit 0; fi
+	if have_podman && own_store && "${own[@]}" image exists "$image" 2>/dev/null; then echo "${own[*]}"; exit 0; fi
 	exit 1
 	;;
 --push)
@@ -52,7 +61,7 @@ case ${1:-} in
 	elif have_podman && podman image exists "$image" 2>/dev/null; then engine=podman; fi
 	if [[ -z $engine ]] || label_of "$engine" "$image" "$stand_in_label" >/dev/null ||
 		label_of "$engine" "$image" org.demo-controller.stand-in >/dev/null; then
-		if have_podman && [[ -d $cache/podman/root ]] && "${own[@]}" image exists "$image" 2>/dev/null; then
+		if have_podman && own_store && "${own[@]}" image exists "$image" 2>/dev/null; then
 			log "error: $image was built on local stand-ins for its base images (no registry was reachable): it is for the local node only and is not pushed; build it where the real bases can be pulled (make image) and push that"
 		else
 			log "error: there is no image $image to push: build it first (make image IMAGE=$image)"
@@ -107,8 +116,10 @@ else
 		where=(podman)
 	else
 		log "could not pull ${missing[*]}: building $image on LOCAL STAND-INS in the project's own store ($cache/podman); it is for the local node only and is never pushed"
-		mkdir -p "$cache/podman"
-		chmod 700 "$cache/podman"
+		# The store resolved and checked before anything is written there (made
+		# 0700 if missing: see cache_dir in proc.sh), and used by that path.
+		store=$(cache_dir podman) || exit 1
+		own=(podman --root "$store/root" --runroot "$store/runroot")
 		# The real bases this machine has, into the project's store as they are.
 		for b in "${bases[@]}"; do
 			[[ " ${missing[*]} " == *" $b "* ]] && continue

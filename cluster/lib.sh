@@ -1,7 +1,7 @@
 # Sourced by up.sh and down.sh: where the repo is, which cluster directory
 # to use (--dir DIR, default <repo>/target/local-cluster; -h/--help prints the
-# calling script's header comment), and the process helpers both need. The
-# caller defines log().
+# calling script's header comment), its marker, and the process and directory
+# helpers both need. The caller defines log().
 here=$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)
 repo=$(dirname "$here")
 
@@ -16,5 +16,10 @@ while (($#)); do
 	esac
 done
 
-# alive, stop and pid_in, shared with the node's scripts.
+# A file in DIR that says "up.sh made this directory": see the directory
+# guard in proc.sh. down.sh removes only a DIR that holds it.
+marker=.demo-controller-cluster
+
+# alive, stop, pid_in, checked and the directory guard, shared with the
+# node's scripts.
 source "$here/proc.sh"

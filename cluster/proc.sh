@@ -36,30 +36,190 @@ pid_in() {
 	echo "$pid"
 }
 
-# trusted FILE...: succeeds if no other user could have written FILE (a
-# binary about to be run, often as root, from a cache under $HOME): FILE and
-# every directory above it are owned by root, by us or by TRUSTED_UID (set by
-# a caller that runs this repository's scripts as root: their owner could
-# change the scripts themselves anyway), and writable by nobody else (a
-# shared directory with the sticky bit, like /tmp, is fine: only an entry's
-# owner can replace it there). Otherwise says which path and why, in one
-# line, and fails.
-trusted() {
-	local f p owner mode
-	for f in "$@"; do
-		p=$(readlink -f -- "$f") || { log "error: $f does not exist"; return 1; }
-		while :; do
-			read -r owner mode < <(stat -c '%u %a' -- "$p")
-			if [[ $owner != 0 && $owner != "$EUID" && $owner != "${TRUSTED_UID:-0}" ]]; then
-				log "error: refusing to use $f: $p is owned by uid $owner, so that user could have replaced it; ${TRUSTED_HINT:-build it afresh as this user (remove the cache, or set DEMO_CONTROLLER_CACHE to a directory of your own)}"
-				return 1
-			fi
-			if ((8#$mode & 8#022)) && { [[ ! -d $p ]] || ((!(8#$mode & 8#1000))); }; then
-				log "error: refusing to use $f: $p is writable by other users (mode $mode), so one of them could have replaced it; ${TRUSTED_HINT:-chmod go-w it or build afresh}"
-				return 1
-			fi
-			[[ $p == / ]] && break
-			p=$(dirname -- "$p")
+# plane_ready DIR: the control plane cluster/up.sh started in DIR runs and
+# answers /readyz; prints its URL. DIR must have been through the directory
+# guard below: its env is sourced.
+plane_ready() {
+	local url
+	[[ -f $1/env && -f $1/kubeconfig ]] && pid_in "$1" etcd >/dev/null && pid_in "$1" kube-apiserver >/dev/null || return 1
+	# shellcheck source=/dev/null
+	url=$(. "$1/env" && echo "$APISERVER_URL")
+	[[ $(curl -sS --max-time 3 --cacert "$1/pki/ca.crt" --cert "$1/pki/admin.crt" --key "$1/pki/admin.key" \
+		"$url/readyz" 2>/dev/null) == ok ]] && echo "$url"
+}
+
+# owner_ok UID: root, us, or TRUSTED_UID (set by a caller that runs this
+# repository's scripts as root: their owner could change the scripts
+# themselves anyway).
+owner_ok() { [[ $1 == 0 || $1 == "$EUID" || $1 == "${TRUSTED_UID:-0}" ]]; }
+
+# checked PATH: prints PATH resolved (absolute, every symlink followed) once
+# nothing another user controls can change what it names: every component of
+# PATH as given (a symlink by its own owner) and every component of the
+# resolved path, up to /, is owned by root, by us or by TRUSTED_UID, and none
+# is writable by anybody else (a shared directory with the sticky bit, like
+# /tmp, is fine: only an entry's owner can replace it there, and that entry
+# is checked too). Otherwise says which path and why, in one line, and fails.
+#
+# Callers use the printed path, never PATH again: a symlink on PATH that
+# pointed at the checked file a moment ago may point elsewhere now, while the
+# resolved path runs only through directories no other user can change.
+checked() {
+	local given=$1 real paths=(/)
+	[[ $given == /* ]] || given=$PWD/$given
+	# Every part of the path as given, from / down, first: the first part
+	# another user controls is the one named, whatever their symlinks below
+	# it point at this instant. Then every part of the resolved path.
+	prefixes "$given"
+	judge "$1" "${paths[@]}" || return 1
+	real=$(realpath -e -- "$given" 2>/dev/null) || { log "error: refusing to use $1: it does not exist"; return 1; }
+	paths=(/)
+	prefixes "$real"
+	judge "$1" "${paths[@]}" || return 1
+	echo "$real"
+}
+
+# judge WHAT PATH...: check_one for each PATH, in order; one stat for them
+# all, as this runs for every binary of every start (and one each, only to
+# name the first that fails, when one of them is missing).
+judge() {
+	local what=$1 i p owner mode type st=()
+	shift
+	mapfile -t st < <(stat -c '%u %a %F' -- "$@" 2>/dev/null)
+	if ((${#st[@]} != $#)); then
+		for p in "$@"; do
+			read -r owner mode type < <(stat -c '%u %a %F' -- "$p" 2>/dev/null) ||
+				{ log "error: refusing to use $what: $p does not exist"; return 1; }
+			check_one "$what" "$p" "$owner" "$mode" "$type" || return 1
 		done
+		return 0
+	fi
+	for ((i = 1; i <= $#; i++)); do
+		read -r owner mode type <<<"${st[i - 1]}"
+		check_one "$what" "${!i}" "$owner" "$mode" "$type" || return 1
 	done
+}
+
+# prefixes PATH: appends to paths every path from the first part of PATH
+# (absolute) down to PATH itself.
+prefixes() {
+	local part parts p=
+	IFS=/ read -ra parts <<<"$1"
+	for part in "${parts[@]}"; do
+		[[ -n $part ]] || continue
+		p=$p/$part
+		paths+=("$p")
+	done
+}
+
+# check_one WHAT PATH OWNER MODE TYPE: PATH (as stat saw it; a symlink by
+# its own owner) is owned by root, us or TRUSTED_UID and writable by nobody
+# else (see checked, which refuses WHAT, in one line, when it is not).
+check_one() {
+	local what=$1 p=$2 owner=$3 mode=$4 type=$5
+	if ! owner_ok "$owner"; then
+		log "error: refusing to use $what: $p is owned by uid $owner, so that user could have replaced it; ${TRUSTED_HINT:-build it afresh as this user (remove the cache, or set DEMO_CONTROLLER_CACHE to a directory of your own)}"
+		return 1
+	fi
+	if [[ $type != "symbolic link" ]] && ((8#$mode & 8#022)) && { [[ $type != directory ]] || ((!(8#$mode & 8#1000))); }; then
+		log "error: refusing to use $what: $p is writable by other users (mode $mode), so one of them could have replaced it; ${TRUSTED_HINT:-chmod go-w it or build afresh}"
+		return 1
+	fi
+}
+
+# make_dirs PATH: PATH as a directory, made if missing, and printed resolved
+# (see checked). Nothing is made through a path before it is checked: the
+# deepest level that exists is checked first, then each missing level is made
+# by itself below it (`mkdir -m 700`, never -p, which would follow whatever
+# symlink another user planted in between) and checked in turn.
+make_dirs() {
+	local p rest=() name
+	p=$(realpath -m -s -- "$1") # absolute; symlinks left for checked to judge
+	while [[ ! -e $p && ! -L $p ]]; do
+		rest=("${p##*/}" ${rest[@]+"${rest[@]}"})
+		p=$(dirname -- "$p")
+	done
+	p=$(checked "$p") || return 1
+	for name in ${rest[@]+"${rest[@]}"}; do
+		# Made meanwhile by a concurrent run: judged like any other.
+		mkdir -m 700 -- "$p/$name" 2>/dev/null || [[ -e $p/$name ]] || { log "error: could not create $p/$name"; return 1; }
+		p=$(checked "$p/$name") || return 1
+	done
+	[[ -d $p ]] || { log "error: refusing to use $1: $p is not a directory"; return 1; }
+	echo "$p"
+}
+
+# cache_dir SUB: the project's cache directory SUB (e.g. control-plane/KEY),
+# under $DEMO_CONTROLLER_CACHE (default ~/.cache/demo-controller), made if
+# missing and printed resolved: builds write there, and root runs what they
+# wrote, so it must be a directory only root or we can change (make_dirs).
+cache_dir() {
+	make_dirs "${DEMO_CONTROLLER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/demo-controller}/$1"
+}
+
+# --- The directory guard ---------------------------------------------------------
+# Every script that works in or removes a DIR (cluster/up.sh and down.sh, the
+# node's up.sh, down.sh and exec.sh, and so both demos) goes through these:
+# a DIR is used only when this project made it. Made means: created by
+# claim_dir with `mkdir -m 700` (which fails if anyone made it first), so it
+# is ours, mode 0700, and holds MARKER, a file only we could have written in
+# it. A DIR that merely looks like ours (the files a cluster has, a marker
+# someone else wrote) is refused. The caller sets dir and repo; every
+# directory above DIR may also be the repository owner's (TRUSTED_UID).
+
+# as_dir_check CMD ARGS...: CMD (checked, make_dirs) as DIR's checks run it:
+# DIR and the directories above it may be the repository owner's too (their
+# owner could change the scripts themselves anyway).
+# shellcheck disable=SC2154 # repo: set by the caller
+as_dir_check() {
+	TRUSTED_UID=$(stat -c %u "$repo") TRUSTED_HINT="pick a --dir that only root (or the repository's owner) can change" "$@"
+}
+
+# refuse_dir WHY: the one line of a refusal, and exit 1: nothing was changed.
+refuse_dir() {
+	log "error: refusing --dir $dir: $1; not touching it"
+	exit 1
+}
+
+# guard_dir MARKER: exits 1 (refuse_dir) unless DIR is a directory this
+# project made (see above); then sets dir to its resolved path.
+guard_dir() {
+	local marker=$1 owner mode
+	[[ -d $dir ]] || refuse_dir "it is not a directory"
+	read -r owner mode < <(stat -L -c '%u %a' -- "$dir")
+	[[ $owner == "$EUID" ]] || refuse_dir "it is owned by uid $owner, not by uid $EUID, who runs this"
+	[[ -f $dir/$marker && ! -L $dir/$marker ]] || refuse_dir "it was not made by this project (no $marker in it)"
+	[[ $mode == 700 ]] || refuse_dir "its mode is $mode, not the 700 it was made with"
+	dir=$(as_dir_check checked "$dir") || exit 1
+}
+
+# guard_or_parent MARKER: guard_dir when DIR exists; otherwise checks the
+# deepest directory above it that exists (where claim_dir will make it), so
+# a DIR that would be refused is refused before anything is built or made.
+guard_or_parent() {
+	local p
+	if [[ -e $dir || -L $dir ]]; then
+		guard_dir "$1"
+		return
+	fi
+	p=$(realpath -m -s -- "$dir")
+	while [[ ! -e $p && ! -L $p ]]; do p=$(dirname -- "$p"); done
+	as_dir_check checked "$p" >/dev/null || exit 1
+}
+
+# claim_dir MARKER: DIR, guarded when it exists; otherwise made: its missing
+# parents by make_dirs, DIR itself by `mkdir -m 700` (failing, so refused, if
+# someone made it meanwhile), its owner and mode checked, MARKER written.
+# Sets dir to its resolved path.
+claim_dir() {
+	local marker=$1 parent
+	if [[ -e $dir || -L $dir ]]; then
+		guard_dir "$marker"
+		return
+	fi
+	parent=$(as_dir_check make_dirs "$(dirname -- "$(realpath -m -s -- "$dir")")") || exit 1
+	dir=$parent/$(basename -- "$dir")
+	mkdir -m 700 -- "$dir" 2>/dev/null || refuse_dir "it was made by someone else meanwhile"
+	[[ ! -L $dir && $(stat -c '%u %a' -- "$dir") == "$EUID 700" ]] || refuse_dir "it is not the directory just made"
+	echo created >"$dir/$marker"
 }

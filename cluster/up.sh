@@ -17,6 +17,7 @@
 # Without it nothing of that changes.
 #
 # DIR afterwards holds:
+#   .demo-controller-cluster  says up.sh made DIR (see "Which DIR" below)
 #   pki/               CA, apiserver serving cert, admin client cert, service-account keys
 #   etcd/              etcd's data
 #   etcd.sock:0        etcd's client socket, its only way in (see "Who gets in")
@@ -33,6 +34,12 @@
 # Running it again on a DIR whose control plane is up only prints the export
 # line; a DIR left behind by a dead one is wiped and started afresh.
 # cluster/down.sh stops everything and removes DIR.
+#
+# Which DIR: one that does not exist yet (up.sh makes it, mode 0700, and marks
+# it as its own), or one up.sh made before: owned by whoever runs this, mode
+# 0700, holding the marker. Anything else (a directory someone else made, one
+# that merely holds files named like these) is refused in one line and left
+# as it is. The binaries run are the ones checked: see `checked` in proc.sh.
 #
 # Who gets in: etcd listens on no TCP port, only on unix sockets in DIR, which
 # is mode 0700, so only the user who started it (and root) reaches it: nobody
@@ -55,27 +62,10 @@ api_host=${node_ip:-127.0.0.1}
 service_range=10.0.0.0/24 service_ip=10.0.0.1 auth_mode=RBAC
 if [[ -n $node_ip ]]; then service_range=198.51.100.0/24 service_ip=198.51.100.1 auth_mode=Node,RBAC; fi
 
-mkdir -p "$dir"
-dir=$(cd "$dir" && pwd) # absolute: it ends up in the scripts, kubeconfig path and export line
-chmod 700 "$dir"        # etcd's sockets and the keys live here: the owner only
-
-# Serialise up.sh/down.sh runs on the same DIR (flock on DIR itself), so two
-# callers never both start, or one wipe what the other starts. down.sh may
-# remove DIR while we wait, leaving us the lock of a deleted directory: hence
-# the check that DIR is still the directory locked, and otherwise another go.
-# Every process started below gets fd 9 closed, or it would hold the lock for
-# as long as it lives.
-while :; do
-	mkdir -p "$dir"
-	exec 9<"$dir"
-	flock 9
-	[[ $(stat -Lc %d:%i "/proc/$$/fd/9") == "$(stat -c %d:%i "$dir" 2>/dev/null)" ]] && break
-	exec 9<&-
-done
-export LOCAL_CLUSTER_LOCK_HELD=$dir # tells down.sh (called below) that we hold it
-
-# pid_of NAME: the pid of this DIR's NAME, if it runs (see pid_in in proc.sh).
-pid_of() { pid_in "$dir" "$1"; }
+# A DIR that exists must be one up.sh made, and one that does not must be
+# made below directories no other user can change (the directory guard in
+# proc.sh): refused now, before anything is built, made or started.
+guard_or_parent "$marker"
 
 curl_admin() {
 	curl -sS --max-time 3 --cacert "$dir/pki/ca.crt" --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key" "$@"
@@ -84,32 +74,52 @@ curl_admin() {
 export_line() { echo "export KUBECONFIG=$dir/kubeconfig"; }
 
 # --- Already running? --------------------------------------------------------
-if [[ -f $dir/env && -f $dir/kubeconfig ]] && pid_of etcd >/dev/null && pid_of kube-apiserver >/dev/null; then
-	# shellcheck source=/dev/null
-	APISERVER_URL=$(. "$dir/env" && echo "$APISERVER_URL")
-	if [[ $(curl_admin "$APISERVER_URL/readyz" 2>/dev/null) == ok ]]; then
-		log "control plane in $dir is already running at $APISERVER_URL"
-		export_line
-		exit 0
-	fi
-fi
-
-# Anything else in DIR is stale (dead processes, a half-finished start, logs of
-# a failed one): stop whatever of it still runs and start from nothing.
-if [[ -n $(ls -A "$dir") ]]; then
-	log "removing stale state in $dir"
-	bash "$here/down.sh" --dir "$dir" # empties DIR but keeps it: our lock is on it
-fi
+# Asked before building (the cache may be gone while the control plane runs)
+# and again under the lock below (another up.sh may have started it meanwhile).
+already_running() {
+	local url
+	[[ -d $dir ]] && url=$(plane_ready "$dir") || return 1
+	log "control plane in $dir is already running at $url"
+	export_line
+}
+already_running && exit 0
 
 # --- Binaries -----------------------------------------------------------------
 # build.sh's stderr passes through; its last stdout line is the directory.
+# Each binary is resolved and checked once (see checked in proc.sh), and the
+# scripts below run that resolved path: nothing another user could swap.
 build_out=$(bash "$here/build.sh")
 bin_dir=${build_out##*$'\n'}
-for b in etcd kube-apiserver; do
-	[[ -x $bin_dir/$b ]] || { log "error: build.sh printed '$bin_dir', which holds no executable $b"; exit 1; }
+etcd_bin=$(checked "$bin_dir/etcd") || exit 1
+apiserver_bin=$(checked "$bin_dir/kube-apiserver") || exit 1
+for b in "$etcd_bin" "$apiserver_bin"; do
+	[[ -x $b ]] || { log "error: build.sh printed '$bin_dir', where $b is not executable"; exit 1; }
 done
-# Run nothing another user could have swapped (see trusted in proc.sh).
-trusted "$bin_dir/etcd" "$bin_dir/kube-apiserver" || exit 1
+
+# Serialise up.sh/down.sh runs on the same DIR (flock on DIR itself), so two
+# callers never both start, or one wipe what the other starts. DIR is made
+# here if missing (claim_dir: `mkdir -m 700`, marked as ours; only its owner
+# reaches etcd's sockets and the keys in it). down.sh may remove DIR while we
+# wait, leaving us the lock of a deleted directory: hence the check that DIR
+# is still the directory locked, and otherwise another go. Every process
+# started below gets fd 9 closed, or it would hold the lock for as long as it
+# lives.
+while :; do
+	claim_dir "$marker"
+	exec 9<"$dir"
+	flock 9
+	[[ $(stat -Lc %d:%i "/proc/$$/fd/9") == "$(stat -c %d:%i "$dir" 2>/dev/null)" ]] && break
+	exec 9<&-
+done
+export LOCAL_CLUSTER_LOCK_HELD=$dir # tells down.sh (called below) that we hold it
+already_running && exit 0
+
+# Anything else in DIR is stale (dead processes, a half-finished start, logs of
+# a failed one): stop whatever of it still runs and start from nothing.
+if [[ -n $(find "$dir" -mindepth 1 -maxdepth 1 ! -name "$marker" -print -quit) ]]; then
+	log "removing stale state in $dir"
+	bash "$here/down.sh" --dir "$dir" # empties DIR but keeps it (and its marker): our lock is on it
+fi
 
 t0=${EPOCHREALTIME//[!0-9]/} # microseconds
 
@@ -188,10 +198,11 @@ print(s.getsockname()[1])
 # Each execs the server (so the pid of `bash X.sh &` is the server's pid),
 # writes nothing itself and logs to stderr; the caller redirects to a log.
 write_scripts() {
-	local q_bin q_dir node_flags=
+	local q_dir q_etcd q_apiserver node_flags=
 	# For a node (see the header); a repeated flag's last value wins.
 	[[ -z $node_ip ]] || node_flags='--endpoint-reconciler-type=lease --kubelet-preferred-address-types=InternalIP --kubelet-client-certificate="$pki/apiserver-kubelet-client.crt" --kubelet-client-key="$pki/apiserver-kubelet-client.key" '
-	q_bin=$(printf %q "$bin_dir")
+	q_etcd=$(printf %q "$etcd_bin")
+	q_apiserver=$(printf %q "$apiserver_bin")
 	q_dir=$(printf %q "$dir")
 	cat >"$dir/etcd.sh" <<-EOF
 		#!/usr/bin/env bash
@@ -205,7 +216,7 @@ write_scripts() {
 		# A single member; --unsafe-no-fsync because the data is throwaway and
 		# fsync dominates write latency on CI disks.
 		cd "\$dir"
-		exec $q_bin/etcd \\
+		exec $q_etcd \\
 		  --name=local \\
 		  --data-dir="\$dir/etcd" \\
 		  --listen-client-urls=unix://etcd.sock:0 \\
@@ -237,7 +248,7 @@ write_scripts() {
 		#   by Pod Security admission, not refused by validation outright.
 		# --anonymous-auth=false: a request with no certificate or token is
 		#   refused (401), health endpoints included.
-		exec $q_bin/kube-apiserver \\
+		exec $q_apiserver \\
 		  --etcd-servers=unix://etcd.sock:0 \\
 		  --anonymous-auth=false \\
 		  --bind-address=$api_host \\
@@ -261,7 +272,7 @@ write_scripts() {
 		APISERVER_PORT=$apiserver_port
 		APISERVER_URL=https://$api_host:$apiserver_port
 		ETCD_SOCKET=$q_dir/etcd.sock:0
-		BIN_DIR=$q_bin
+		BIN_DIR=$(printf %q "$(dirname -- "$apiserver_bin")")
 		KUBECONFIG=$q_dir/kubeconfig
 	EOF
 }

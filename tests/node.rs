@@ -383,6 +383,56 @@ async fn node_log_shows_a_workload_pod_that_really_runs() {
     Api::<Namespace>::all(client.clone()).delete(&ns, &DeleteParams::default()).await.unwrap();
 }
 
+#[tokio::test]
+#[ignore = "needs root and the local node: run `make test` as root"]
+async fn node_a_host_network_pod_reaches_no_host_service() {
+    let _turn = TURN.lock().await;
+    let client = admin().await;
+    // A service of the host's, listening on every address (a developer's
+    // database, say): the host's end of the node's link is one of them.
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let ns = workload_namespace(&client, "hostnet").await;
+    // In the node's own network namespace, as the node's components are: it
+    // connects to the host's port, then to the kubelet's health port on the
+    // node's loopback (which shows its connects work).
+    let script = format!(
+        "if busybox nc -w 3 198.18.0.9 {port} </dev/null 2>/dev/null; then echo host reached; else echo host blocked; fi; \
+         if busybox nc -w 3 127.0.0.1 10248 </dev/null 2>/dev/null; then echo kubelet reached; fi"
+    );
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": { "name": "prober" },
+        "spec": {
+            "hostNetwork": true,
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "main",
+                "image": "docker.io/library/busybox:local",
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", script]
+            }]
+        }
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    until("the prober to finish", Duration::from_secs(90), || async {
+        let phase = pods.get("prober").await.ok()?.status?.phase?;
+        (phase == "Succeeded" || phase == "Failed").then_some(())
+    })
+    .await;
+    // Read through the API server, from the host: that way in still works.
+    let log = pods.logs("prober", &LogParams::default()).await.unwrap();
+    assert_eq!(log, "host blocked\nkubelet reached\n");
+    let accepted = listener.accept();
+    assert!(
+        accepted.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "the host's service got a connection from the node: {accepted:?}"
+    );
+    Api::<Namespace>::all(client.clone()).delete(&ns, &DeleteParams::default()).await.unwrap();
+}
+
 /// A namespace for workload pods (the controller-manager gives it its
 /// `default` ServiceAccount, as on any cluster).
 async fn workload_namespace(client: &Client, prefix: &str) -> String {
@@ -771,6 +821,8 @@ async fn node_running_leaves_the_hosts_sysctls_firewall_and_mounts_as_they_were(
     assert_eq!(std::fs::read_to_string(in_node("/proc/sys/kernel/panic")).unwrap().trim(), "10");
     let forward = exec(&["iptables", "-w", "-S", "FORWARD"]);
     assert!(forward.contains("demo-controller node: pods never reach the host"), "{forward}");
+    let mangle = exec(&["iptables", "-w", "-t", "mangle", "-S", "POSTROUTING"]);
+    assert!(mangle.contains("demo-controller node: only replies to the host"), "{mangle}");
     assert!(exec(&["iptables", "-w", "-t", "nat", "-S"]).contains("KUBE-SERVICES"));
 }
 
@@ -790,8 +842,8 @@ async fn node_scripts_refuse_a_foreign_dir_and_a_second_node() {
     assert_eq!(
         String::from_utf8_lossy(&up.stderr),
         format!(
-            "node/up.sh: error: {} is not a local node's directory (it has files and no .demo-controller-node): \
-             not touching it; pick a --dir that does not exist or that a local node made\n",
+            "node/up.sh: error: refusing --dir {}: it was not made by this project (no .demo-controller-node in it); \
+             not touching it\n",
             foreign.display()
         )
     );
@@ -800,7 +852,8 @@ async fn node_scripts_refuse_a_foreign_dir_and_a_second_node() {
     assert_eq!(
         String::from_utf8_lossy(&down.stderr),
         format!(
-            "node/down.sh: error: {} is not a local node's directory (no .demo-controller-node in it): not touching it\n",
+            "node/down.sh: error: refusing --dir {}: it was not made by this project (no .demo-controller-node in it); \
+             not touching it\n",
             foreign.display()
         )
     );

@@ -15,6 +15,8 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+log() { echo "node/build.sh: $*" >&2; }
+source "$here/../proc.sh" # cache_dir
 k8s_version=v1.35.4
 k8s_commit=7b8c6cf0edd376b3d7c2f255142977c7f93db258
 bins=(kubelet kube-scheduler kube-controller-manager kube-proxy)
@@ -23,7 +25,9 @@ key=$({
 	cat "$here/build.sh" "$here/go.mod" "$here/go.sum"
 	go version
 } | sha256sum | cut -c1-16)
-cache=${DEMO_CONTROLLER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/demo-controller}/node/$key
+# Resolved and checked before anything is written there (root runs what it
+# holds): see cache_dir in proc.sh.
+cache=$(cache_dir "node/$key") || exit 1
 
 have=1
 for b in "${bins[@]}"; do [[ -x $cache/$b ]] || have=0; done
@@ -32,7 +36,6 @@ if ((have)); then
 	exit 0
 fi
 
-mkdir -p "$cache"
 # Build into a temporary name and rename at the end, so an interrupted build
 # never leaves a half-written binary that a later run would trust.
 tmp=$(mktemp -d "$cache/.build.XXXXXX")

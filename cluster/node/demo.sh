@@ -4,13 +4,28 @@
 # something a kubelet really did: the pod scheduled, started, Ready, its
 # container exiting and restarting, terminating, gone. demo-controller runs on
 # this machine against the node's API, as `make run` would against yours.
-# Stops the node at the end (also on Ctrl-C), which removes everything it made.
+# Stops the node at the end (also on Ctrl-C), which removes everything it
+# made; a node that was already running in DIR (`make node-up`) is used as it
+# is and left running.
+#
+# Usage: cluster/node/demo.sh [--dir DIR]   (DIR defaults to <repo>/target/local-node)
 set -euo pipefail
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+log() { echo "node/demo.sh: $*" >&2; }
+source "$here/lib.sh"
+parse_dir "$@"
 cd "$repo"
-dir=$repo/target/local-node
-log=$dir/demo-controller.log
+# A DIR that exists goes through the directory guard (proc.sh) before
+# anything in it is read; a node running there is not ours to stop.
+ours=1
+if [[ -e $dir || -L $dir ]]; then
+	guard_dir "$marker"
+	[[ -f $dir/ready ]] && node_init_pid >/dev/null && ours=0
+fi
+logfile=$dir/demo-controller.log
+pods=/api/v1/namespaces/default/pods
 logger=
 t0=$SECONDS
 
@@ -23,8 +38,14 @@ cleanup() {
 		kill -TERM "$logger" 2>/dev/null || true
 		wait "$logger" 2>/dev/null || true
 	fi
-	say "stopping the node (its namespaces, cgroups and directory go with it)"
-	bash cluster/node/down.sh --dir "$dir"
+	if ((ours)); then
+		say "stopping the node (its namespaces, cgroups and directory go with it)"
+		bash cluster/node/down.sh --dir "$dir"
+	else
+		# The demo's pod, should it have been cut short.
+		if [[ -n ${APISERVER_URL:-} ]]; then api DELETE "$pods/kuard" 2>/dev/null || true; fi
+		say "the node in $dir was running before the demo: left running"
+	fi
 	say "done in $((SECONDS - t0)) s"
 }
 trap cleanup EXIT INT TERM
@@ -32,8 +53,13 @@ trap cleanup EXIT INT TERM
 say "building demo-controller"
 cargo build --locked --quiet
 
-say "starting a real one-node cluster: kube-apiserver, etcd, containerd, kubelet, scheduler, controller-manager, kube-proxy"
-bash cluster/node/up.sh --dir "$dir" >/dev/null
+if ((ours)); then
+	say "starting a real one-node cluster: kube-apiserver, etcd, containerd, kubelet, scheduler, controller-manager, kube-proxy"
+	bash cluster/node/up.sh --dir "$dir" >/dev/null
+	dir=$(realpath -- "$dir")
+else
+	say "using the node already running in $dir"
+fi
 export KUBECONFIG=$dir/plane/kubeconfig
 # shellcheck source=/dev/null
 source "$dir/plane/env"
@@ -58,12 +84,11 @@ wait_until() {
 	echo "demo: gave up waiting for: $want" >&2
 	return 1
 }
-pods=/api/v1/namespaces/default/pods
 
 say "starting demo-controller (its log lines follow)"
-target/debug/demo-controller --probe-addr 0 --metrics-addr 0 > >(tee "$log") 2>&1 &
+target/debug/demo-controller --probe-addr 0 --metrics-addr 0 > >(tee "$logfile") 2>&1 &
 logger=$!
-for _ in $(seq 100); do grep -q "cache synced" "$log" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 100); do grep -q "cache synced" "$logfile" 2>/dev/null && break; sleep 0.1; done
 
 say "kubectl run kuard (busybox: runs 4 s, exits 1, then stays up)  -> onAdd, then onUpdate as it is scheduled, starts, gets Ready"
 api POST "$pods" application/json '{"metadata":{"name":"kuard","labels":{"run":"kuard"}},"spec":{"terminationGracePeriodSeconds":3,"volumes":[{"name":"d","emptyDir":{}}],"containers":[{"name":"kuard","image":"docker.io/library/busybox:local","imagePullPolicy":"Never","command":["sh","-c","if [ -e /d/ran ]; then exec sleep 3600; fi; touch /d/ran; sleep 4; exit 1"],"volumeMounts":[{"name":"d","mountPath":"/d"}]}]}}'

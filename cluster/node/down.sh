@@ -10,8 +10,9 @@
 # a failed start or a run killed with SIGKILL.
 #
 # Usage: cluster/node/down.sh [--dir DIR]   (DIR defaults to <repo>/target/local-node)
-# Idempotent: without DIR it does nothing. A DIR that is not a node's (no
-# .demo-controller-node in it) is refused and left as it is.
+# Idempotent: without DIR it does nothing. A DIR up.sh did not make (not
+# root's and 0700 with .demo-controller-node in it) is refused in one line
+# and left as it is.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -20,12 +21,10 @@ log() { echo "node/down.sh: $*" >&2; }
 
 source "$here/lib.sh"
 parse_dir "$@"
-[[ -e $dir ]] || exit 0
-if ! ours; then
-	if [[ -d $dir && -z $(ls -A "$dir") ]]; then exit 0; fi
-	log "error: $dir is not a local node's directory (no $marker in it): not touching it"
-	exit 1
-fi
+[[ -e $dir || -L $dir ]] || exit 0
+# Only a directory up.sh made (the directory guard in proc.sh): a forged
+# marker or node.pid in someone else's directory steers nothing.
+guard_dir "$marker"
 if ((EUID != 0)); then
 	echo "error: stopping the local node needs root, as starting it did: run this as root" >&2
 	exit 1

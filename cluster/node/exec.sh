@@ -21,4 +21,8 @@ if ((EUID != 0)); then
 	echo "error: entering the local node's namespaces needs root: run this as root" >&2
 	exit 1
 fi
+[[ -e $dir || -L $dir ]] || { log "error: no node runs in $dir"; exit 1; }
+# Only a directory up.sh made (the directory guard in proc.sh): a forged
+# node.pid in someone else's directory must not choose what root enters.
+guard_dir "$marker"
 in_node "$@"

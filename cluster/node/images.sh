@@ -11,15 +11,18 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 key=$({ cat "$here/images.sh" "$here/pause.c" /bin/busybox; gcc --version; } | sha256sum | cut -c1-16)
-base=${DEMO_CONTROLLER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/demo-controller}
-cache=$base/node-images/$key
-own=(podman --root "$base/podman/root" --runroot "$base/podman/runroot")
+log() { echo "node/images.sh: $*" >&2; }
+source "$here/../proc.sh" # cache_dir
+# Both resolved and checked before anything is written there (root imports
+# the archives into the node): see cache_dir in proc.sh. The podman store is
+# made 0700: its images are the project's only.
+cache=$(cache_dir "node-images/$key") || exit 1
 if [[ -f $cache/pause.tar && -f $cache/busybox.tar ]]; then
 	echo "$cache"
 	exit 0
 fi
-mkdir -p "$cache" "$base/podman"
-chmod 700 "$base/podman"
+store=$(cache_dir podman) || exit 1
+own=(podman --root "$store/root" --runroot "$store/runroot")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/pause" "$work/busybox/bin" "$work/busybox/tmp"

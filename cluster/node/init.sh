@@ -14,7 +14,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 log() { echo "node/init.sh: $*" >&2; }
 source "$here/lib.sh"
 # shellcheck source=/dev/null
-source "$dir/init.env" # repo, bin, imgs, timeout
+source "$dir/init.env" # repo, timeout, and the binaries and archives up.sh checked, by their resolved paths
+: "${repo:?}" "${timeout:?}" "${kubelet:?}" "${kube_scheduler:?}" "${kube_controller_manager:?}" "${kube_proxy:?}" \
+	"${pause_tar:?}" "${busybox_tar:?}"
 t0=${EPOCHREALTIME//[!0-9]/}
 secs() { local m=$(((${EPOCHREALTIME//[!0-9]/} - t0) / 1000)); echo "$((m / 1000)).$((m % 1000 / 100)) s"; }
 
@@ -59,6 +61,17 @@ ip link set "$node_if" up
 # pod's packet is forwarded to the host either (the host would answer a pod
 # address through its own default route).
 iptables -w -I FORWARD 1 -o "$node_if" -m comment --comment "demo-controller node: pods never reach the host" -j DROP
+# Nor does anything on the node itself (its components, and hostNetwork pods,
+# which share this network namespace) open a connection to the host: every
+# host service bound to 0.0.0.0 answers on the host's end of the link. Only
+# replies leave through it, to what the host asked for (the API server, the
+# kubelet). In mangle's POSTROUTING, which every packet leaving the node
+# passes, locally made or forwarded, before any filter chain of kube-proxy's
+# could accept it. No IPv6 on the link either, as on the host's end.
+sysctl -qw "net.ipv6.conf.$node_if.disable_ipv6=1" 2>/dev/null || true
+iptables -w -t mangle -A POSTROUTING -o "$node_if" -m conntrack ! --ctstate ESTABLISHED,RELATED \
+	-m comment --comment "demo-controller node: only replies to the host" -j DROP
+ip6tables -w -t mangle -A POSTROUTING -o "$node_if" -m comment --comment "demo-controller node: only replies to the host" -j DROP
 
 # --- Control plane, its apiserver set up for a kubelet ------------------------------
 LOCAL_CLUSTER_NODE_IP=$node_ip bash "$repo/cluster/up.sh" --dir "$dir/plane" >/dev/null 2>>"$dir/logs/plane.log" ||
@@ -175,7 +188,7 @@ wait_for() { # wait_for WHAT SECONDS LOGNAME COMMAND...
 launch containerd containerd --config "$dir/containerd.toml"
 wait_for "containerd socket" 30 containerd ctr --address "$containerd_sock" version
 log "containerd up ($(secs))"
-for t in "$imgs/pause.tar" "$imgs/busybox.tar"; do
+for t in "$pause_tar" "$busybox_tar"; do
 	ctr --address "$containerd_sock" -n k8s.io image import --no-unpack "$t" >/dev/null 2>"$dir/logs/import.log" ||
 		fail import "importing $t into containerd failed"
 done
@@ -185,9 +198,9 @@ log "images imported ($(secs))"
 # --secure-port=0: they serve nothing; --leader-elect=false: there is one of each.
 # --flex-volume-plugin-dir: the controller-manager makes it on start (by
 # default under /usr/libexec, on the host), as the kubelet does its own.
-launch kube-scheduler "$bin/kube-scheduler" --kubeconfig="$dir/kube-scheduler.kubeconfig" \
+launch kube-scheduler "$kube_scheduler" --kubeconfig="$dir/kube-scheduler.kubeconfig" \
 	--leader-elect=false --secure-port=0
-launch kube-controller-manager "$bin/kube-controller-manager" --kubeconfig="$dir/kube-controller-manager.kubeconfig" \
+launch kube-controller-manager "$kube_controller_manager" --kubeconfig="$dir/kube-controller-manager.kubeconfig" \
 	--leader-elect=false --secure-port=0 --use-service-account-credentials \
 	--service-account-private-key-file="$plane/pki/sa.key" --root-ca-file="$plane/pki/ca.crt" \
 	--cluster-signing-cert-file="$plane/pki/ca.crt" --cluster-signing-key-file="$plane/pki/ca.key" \
@@ -226,14 +239,14 @@ resolvConf: ""
 serializeImagePulls: false
 shutdownGracePeriod: 0s
 EOF
-launch kubelet "$bin/kubelet" --config="$dir/kubelet.yaml" --kubeconfig="$dir/kubelet.kubeconfig" \
+launch kubelet "$kubelet" --config="$dir/kubelet.yaml" --kubeconfig="$dir/kubelet.kubeconfig" \
 	--hostname-override="$node_name" --node-ip="$node_ip"
 
 # --- kube-proxy ------------------------------------------------------------------------------
 # Its rules are this network namespace's. It leaves the conntrack sysctls
 # alone with these zeros (nf_conntrack_max is host-wide); health and metrics
 # on loopback; Service node ports only on the node address.
-launch kube-proxy "$bin/kube-proxy" --kubeconfig="$dir/kube-proxy.kubeconfig" --hostname-override="$node_name" \
+launch kube-proxy "$kube_proxy" --kubeconfig="$dir/kube-proxy.kubeconfig" --hostname-override="$node_name" \
 	--proxy-mode=iptables --cluster-cidr="$pod_cidr" --nodeport-addresses="$node_ip/32" \
 	--conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 --conntrack-tcp-timeout-close-wait=0 \
 	--iptables-localhost-nodeports=false --healthz-bind-address=127.0.0.1:10256 --metrics-bind-address=127.0.0.1:10249

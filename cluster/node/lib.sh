@@ -21,24 +21,28 @@ pod_gateway=203.0.113.1
 # /var/log/pods, ...): its mount namespace has DIR/root/{run,var-lib,var-log}
 # mounted over /run, /var/lib and /var/log. So DIR must not be under those.
 containerd_sock=/run/containerd/containerd.sock
-# A file in DIR that says "this directory is a local node's": the scripts
-# empty or delete only a DIR that holds it.
+# A file in DIR that says "up.sh made this directory": see the directory
+# guard in proc.sh, which every node script goes through.
 marker=.demo-controller-node
 # One node per machine (it has fixed addresses and a fixed link name): the
 # running node holds an flock on this file for as long as any of its
-# processes lives; the file holds the node's DIR.
+# processes lives; the file holds the node's DIR. Root's, mode 0600, in
+# root's /run: flock needs only a descriptor open for reading, so a file
+# anyone could open, anyone could hold (see take_lock).
 lock_file=/run/demo-controller-node.lock
 # Host sysctls that are not per network namespace and that the kubelet writes
 # on start (there is no setting to stop it): inside the node each is masked by
 # a file of DIR's, as runc masks /proc paths, so the host's never change.
 masked_sysctls=(kernel/panic kernel/panic_on_oops vm/overcommit_memory vm/panic_on_oom kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
 
-# alive, stop and trusted: the same helpers as the control plane's scripts.
+# alive, stop, checked and the directory guard: the same helpers as the
+# control plane's scripts.
 source "$(dirname "${BASH_SOURCE[0]}")/../proc.sh"
 
 # parse_dir ARGS...: the scripts' one option, --dir DIR (default
 # <repo>/target/local-node; the caller sets repo); -h/--help prints the
-# calling script's header comment. Sets dir, absolute.
+# calling script's header comment. Sets dir, absolute, its symlinks left for
+# the directory guard to judge and resolve.
 parse_dir() {
 	dir=$repo/target/local-node
 	while (($#)); do
@@ -49,44 +53,40 @@ parse_dir() {
 		*) echo "usage: $0 [--dir DIR]" >&2; exit 2 ;;
 		esac
 	done
-	dir=$(realpath -m -- "$dir") # absolute, symlinks resolved, whether or not it exists
+	dir=$(realpath -m -s -- "$dir")
 	return 0
-}
-
-# ours: DIR holds the marker (it was made by up.sh).
-ours() { [[ -f $dir/$marker && ! -L $dir/$marker ]]; }
-
-# refuse_foreign_dir: exits 1 with one line when DIR exists, is not empty and
-# is not a node's directory: nothing in it is ever emptied or deleted.
-refuse_foreign_dir() {
-	if [[ -e $dir && ! -d $dir ]]; then
-		log "error: $dir is not a directory: pick a --dir that does not exist or that a local node made"
-		exit 1
-	fi
-	if [[ -d $dir ]] && ! ours && [[ -n $(ls -A "$dir") ]]; then
-		log "error: $dir is not a local node's directory (it has files and no $marker): not touching it; pick a --dir that does not exist or that a local node made"
-		exit 1
-	fi
-}
-
-# refuse_unsafe_dir: root runs the node from DIR (its configuration, its
-# scripts' inputs), so DIR, or where it will be made, must be writable by
-# root and the repository's owner only (see trusted in proc.sh).
-refuse_unsafe_dir() {
-	local p=$dir
-	while [[ ! -e $p ]]; do p=$(dirname -- "$p"); done
-	TRUSTED_UID=$(stat -c %u "$repo") TRUSTED_HINT="pick a --dir that only root (or the repository's owner) can write to" \
-		trusted "$p" || exit 1
 }
 
 # Only one node per machine: take the lock, or refuse in one line. The lock
 # is on fd 8 and is inherited by the node's processes, so it stays held as
 # long as any of them lives. down.sh removes the file while holding it; a
 # lock taken on a file that was removed meanwhile is let go and taken again.
+# The file is made root's and 0600 (umask 077) in /run, which only root can
+# write, and checked on the open descriptor before it counts: no other user
+# can open it, so none can hold it. One left by an older version (0644, which
+# any user could open and hold) is removed and made again, unless a process
+# of root's has it open: then it may be a running node's.
 take_lock() {
-	local other
+	local other um openers
+	checked "$(dirname "$lock_file")" >/dev/null || exit 1
 	while :; do
+		if [[ -L $lock_file || (-e $lock_file && (! -f $lock_file || $(stat -c '%u %a' -- "$lock_file") != "0 600")) ]]; then
+			openers=$(lock_openers)
+			if [[ " $openers " == *" 0 "* ]]; then
+				log "error: $lock_file is open in a process of root's (a local node of an older version?): stop that node first with its cluster/node/down.sh"
+				exit 1
+			fi
+			log "replacing $lock_file: it was not root's with mode 0600, so any user could hold it${openers:+ (open by uid $openers)}"
+			rm -f -- "$lock_file"
+		fi
+		um=$(umask)
+		umask 077
 		exec 8>>"$lock_file"
+		umask "$um"
+		if [[ ! -f /proc/$$/fd/8 || $(stat -Lc '%u %a' "/proc/$$/fd/8") != "0 600" ]]; then
+			log "error: $lock_file is not root's with mode 0600 (made meanwhile by something else?): not using it"
+			exit 1
+		fi
 		if ! flock -n 8; then
 			other=$(cat "$lock_file" 2>/dev/null || true)
 			log "error: a local node is already running${other:+ in $other}: only one can run on a machine; stop it first with cluster/node/down.sh --dir ${other:-ITS_DIR}"
@@ -96,6 +96,15 @@ take_lock() {
 		exec 8>&-
 	done
 	echo "$dir" >"$lock_file"
+}
+
+# lock_openers: the uids of the processes that have the lock file open (an
+# flock is held through an open descriptor; /proc/locks names only the
+# process that took it, which may be gone while another still holds it).
+lock_openers() {
+	# (find fails on processes that exit while it reads /proc: fine here.)
+	{ find /proc/[0-9]*/fd -lname "$lock_file" 2>/dev/null || true; } | cut -d/ -f3 |
+		while read -r pid; do stat -c %u "/proc/$pid" 2>/dev/null || true; done | sort -un | tr '\n' ' ' | sed 's/ $//'
 }
 
 # release_lock: removes the lock file if it names DIR and no node holds it
@@ -143,12 +152,13 @@ in_node() {
 #     veths, routes, iptables and nft rules, ip_forward) and with it the host
 #     end of its link;
 #  2. the cgroups up.sh made (listed in DIR/cgroups), now empty;
-#  3. DIR's contents and DIR itself, if up.sh made it (with keep-logs: all but
-#     DIR/logs and the marker, so a failed start can be read afterwards).
+#  3. DIR's contents and DIR itself, which up.sh made (the caller has been
+#     through the directory guard; with keep-logs: all but DIR/logs and the
+#     marker, so a failed start can be read afterwards).
 # Nothing is found by a broad name or restored from a snapshot: what the host
 # had, and anything anyone else changed meanwhile, stays as it is.
 teardown() {
-	local keep=${1:-} init ns c t p left cg pids mode
+	local keep=${1:-} init ns c t p left cg pids
 	cg=$(cgroup_name)
 	init=$(node_init_pid) || init=
 	ns=$(cat "$dir/pidns" 2>/dev/null) || ns=
@@ -212,13 +222,8 @@ teardown() {
 	fi
 	if [[ -n $keep ]]; then
 		find "$dir" -mindepth 1 -maxdepth 1 ! -name logs ! -name "$marker" -exec rm -rf --one-file-system {} +
-	elif grep -qx created "$dir/$marker" 2>/dev/null; then
-		rm -rf --one-file-system "$dir"
 	else
-		# A directory that existed (empty) before: emptied, its mode put back.
-		mode=$(sed -n 's/^existed //p' "$dir/$marker" 2>/dev/null)
-		find "$dir" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system {} +
-		[[ $mode =~ ^[0-7]+$ ]] && chmod "$mode" "$dir"
+		rm -rf --one-file-system "$dir"
 	fi
 	return 0
 }

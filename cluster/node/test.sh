@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs the node tests (tests/node.rs, tests/node_teardown.rs; all named
-# node_*): builds the image from the unchanged Dockerfile, starts a real node
-# (cluster/node/up.sh), runs tests/node.rs against it, stops it, and then runs
-# the teardown test, which starts and kills a node of its own and checks that
-# cluster/node/down.sh left the host exactly as it was. Root only. Prints the
+# Runs the node tests (tests/node.rs, tests/node_teardown.rs,
+# tests/node_paths.rs; all named node_*): builds the image from the unchanged
+# Dockerfile, starts a real node (cluster/node/up.sh), runs tests/node.rs
+# against it, stops it, and then runs the teardown tests, which start and
+# kill nodes of their own and check that cluster/node/down.sh left the host
+# exactly as it was, and the tests in which another local user tries to steer
+# the root-run scripts (tests/node_paths.rs). Root only. Prints the
 # time of each stage and the memory the node used.
 #
 # Usage: cluster/node/test.sh [test name filters and libtest flags]
@@ -49,4 +51,7 @@ say "node down in $((SECONDS - t)) s"
 rm -f "$dir.host-before"
 trap undo EXIT INT TERM
 unset DEMO_CONTROLLER_TEST_NODE
+# The teardown tests compare the host before and after: they run first, on a
+# host no other test of this run has just changed.
 cargo test --locked --test node_teardown -- --include-ignored "$@"
+cargo test --locked --test node_paths -- --include-ignored "$@"

@@ -22,10 +22,18 @@
 #   - a cgroup of its own in each hierarchy, demo-controller-node-<hash of DIR>:
 #     the node's processes in its `system` child, the pods under it (the
 #     kubelet's cgroupRoot);
-#   - DIR, marked as a node's by the file .demo-controller-node. A DIR that
-#     exists with other files and no marker is refused, never emptied; so is
-#     one that a user other than root (or the repository's owner) could write;
-#   - while it runs, /run/demo-controller-node.lock (one node per machine).
+#   - DIR, made by up.sh (`mkdir -m 700`) and marked as a node's by the file
+#     .demo-controller-node. A DIR that exists and was not made so (not
+#     root's, not 0700, no marker) is refused in one line and left as it is;
+#     so is one below a directory that a user other than root (or the
+#     repository's owner) could change;
+#   - while it runs, /run/demo-controller-node.lock (one node per machine),
+#     root's and 0600, so no other user can hold it.
+#
+# What root runs (the control plane's and the node's binaries, the image
+# archives) is resolved and checked first (see checked in cluster/proc.sh:
+# owned by root or by whoever runs this, writable by nobody else, all the way
+# up), and the resolved paths are what run.
 # The kernel may load modules the node uses (bridge, veth, overlay,
 # netfilter) the first time, as for any container runtime; they stay loaded.
 # cluster/node/down.sh kills the node's pid 1, so the kernel removes every
@@ -58,7 +66,7 @@ fi
 # Inside the node, /run, /var/lib and /var/log are its own: what it needs
 # from the host must not live there, nor DIR.
 hidden() { case $1 in /run | /run/* | /var/lib | /var/lib/* | /var/log | /var/log/*) return 0 ;; esac; return 1; }
-if hidden "$dir"; then
+if hidden "$dir" || hidden "$(realpath -m -- "$dir")"; then
 	log "error: --dir $dir is under /run, /var/lib or /var/log, which the node mounts its own over: pick another"
 	exit 1
 fi
@@ -73,52 +81,48 @@ if [[ ! -d $parent && $parent != "$repo/target" ]]; then
 fi
 
 # --- Refuse what is not ours, and a second node ---------------------------------
-refuse_foreign_dir
-refuse_unsafe_dir
-if ours && [[ -f $dir/ready ]] && node_init_pid >/dev/null; then
+# A DIR that exists must be one up.sh made, and one that does not must be
+# made below directories no other user can change (the directory guard in
+# proc.sh): refused now, before anything is built, made or started.
+guard_or_parent "$marker"
+if [[ -d $dir && -f $dir/ready ]] && node_init_pid >/dev/null; then
 	log "node in $dir is already running"
 	echo "export KUBECONFIG=$(printf %q "$dir/plane/kubeconfig")"
 	exit 0
 fi
 take_lock
 trap release_lock EXIT # until the node runs (on_exit below takes over)
-if [[ -d $dir ]] && ours; then
-	if [[ -n $(find "$dir" -mindepth 1 -maxdepth 1 ! -name "$marker" -print -quit) ]]; then
-		log "removing what a stopped node left in $dir"
-		teardown
-	fi
-fi
-if [[ ! -d $dir ]]; then
-	mkdir -p "$dir"
-	dir=$(cd "$dir" && pwd)
-	echo created >"$dir/$marker"
-elif ! ours; then
-	# An empty directory: emptied at the end, never removed, its mode put back.
-	echo "existed $(stat -c %a "$dir")" >"$dir/$marker"
+if [[ -d $dir ]]; then
+	log "removing what a stopped node left in $dir"
+	teardown
 fi
 
 # --- What it needs: packages, binaries, images (all cached) ----------------------
 # Built here, on the host: inside the node there is no network to fetch Go
 # modules with (the control plane's own up.sh, run in there, finds its
-# binaries cached).
+# binaries cached). Each binary and archive is resolved and checked once
+# (see checked in proc.sh), and init.sh gets those resolved paths: what runs
+# as root is what was checked, whatever a symlink on the way points at later.
 bash "$here/deps.sh"
 plane_bin=$(bash "$repo/cluster/build.sh" | tail -n1)
 bin=$(bash "$here/build.sh" | tail -n1)
 imgs=$(bash "$here/images.sh" | tail -n1)
-for p in "$plane_bin" "$bin" "$imgs"; do
-	if hidden "$p"; then
-		log "error: the cache $p is under /run, /var/lib or /var/log, which the node mounts its own over: set DEMO_CONTROLLER_CACHE to a directory elsewhere"
+declare -A use
+for f in "$plane_bin"/{etcd,kube-apiserver} "$bin"/{kubelet,kube-scheduler,kube-controller-manager,kube-proxy} "$imgs"/{pause,busybox}.tar; do
+	use[${f##*/}]=$(checked "$f") || exit 1
+	if hidden "${use[${f##*/}]}"; then
+		log "error: the cache ${use[${f##*/}]} is under /run, /var/lib or /var/log, which the node mounts its own over: set DEMO_CONTROLLER_CACHE to a directory elsewhere"
 		exit 1
 	fi
 done
-trusted "$plane_bin"/{etcd,kube-apiserver} "$bin"/{kubelet,kube-scheduler,kube-controller-manager,kube-proxy} \
-	"$imgs"/{pause,busybox}.tar || exit 1
 
+# DIR itself, made now (claim_dir: `mkdir -m 700`, marked as ours) and only
+# now, so a refusal above leaves nothing behind.
+claim_dir "$marker"
 t0=${EPOCHREALTIME//[!0-9]/}
 ms() { echo $(((${EPOCHREALTIME//[!0-9]/} - t0) / 1000)); }
 secs() { local m; m=$(ms); echo "$((m / 1000)).$((m % 1000 / 100)) s"; }
 mkdir -p "$dir"/{logs,pki,sysctl,opt,cni/net.d} "$dir"/root/{run,var-lib,var-log}
-chmod 700 "$dir"
 
 # --- On any failure: remove what was made, keep the logs ---------------------------
 ok=0
@@ -154,11 +158,15 @@ for h in $(cgroup_hierarchies); do
 	procs+=("$h/$cg/system/cgroup.procs")
 done
 
-# What init.sh needs to know.
+# What init.sh needs to know: the checked paths, resolved.
 cat >"$dir/init.env" <<EOF
 repo=$(printf %q "$repo")
-bin=$(printf %q "$bin")
-imgs=$(printf %q "$imgs")
+kubelet=$(printf %q "${use[kubelet]}")
+kube_scheduler=$(printf %q "${use[kube-scheduler]}")
+kube_controller_manager=$(printf %q "${use[kube-controller-manager]}")
+kube_proxy=$(printf %q "${use[kube-proxy]}")
+pause_tar=$(printf %q "${use[pause.tar]}")
+busybox_tar=$(printf %q "${use[busybox.tar]}")
 timeout=${LOCAL_NODE_TIMEOUT:-90}
 EOF
 
@@ -217,7 +225,7 @@ NODE_DIR=$(q "$dir")
 NODE_NAME=$node_name
 NODE_IP=$node_ip
 POD_CIDR=$pod_cidr
-BIN_DIR=$(q "$bin")
+BIN_DIR=$(q "$(dirname -- "${use[kubelet]}")")
 CONTAINERD_SOCK=$(q "$dir/root$containerd_sock")
 NODE_CGROUP=$cg
 KUBECONFIG=$(q "$dir/plane/kubeconfig")
