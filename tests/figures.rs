@@ -118,6 +118,13 @@ impl Rule {
     }
 }
 
+/// "17 MiB + 3.8 MiB per 1,000 pods", as the manifest and the book state it.
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} MiB + {} MiB per 1,000 pods", self.base, self.per_1000)
+    }
+}
+
 /// The measured (pods, MiB) points of `metric`, demo-controller's largest column.
 fn points(bench: &Bench, metric: &str) -> Vec<(f64, f64)> {
     bench.sizes().into_iter().map(|n| (n as f64, bench.demo_max(n, metric))).collect()
@@ -170,45 +177,39 @@ fn memory_rule() -> String {
             limit.mib(pods)
         );
     }
+    let (pods, request_mib, limit_mib) = manifest_sizing(&request, &limit);
     out += &format!(
-        "\nrequest = {} MiB + {} MiB per 1,000 pods (at least {REQUEST_HEADROOM}x the steady RSS), limit = {} MiB + {} MiB\n\
-         per 1,000 pods (at least {LIMIT_HEADROOM}x the peak of a relist, when the old and the new list are both in memory).\n\
-         `demo-controller.yaml` sets it for {} pods: {}Mi / {}Mi.\n",
-        request.base,
-        request.per_1000,
-        limit.base,
-        limit.per_1000,
-        thousands(MANIFEST_PODS as u64),
-        request.mib(MANIFEST_PODS),
-        limit.mib(MANIFEST_PODS)
+        "\nrequest = {request} (at least {REQUEST_HEADROOM}x the steady RSS),\n\
+         limit = {limit} (at least {LIMIT_HEADROOM}x the peak of a relist, when the old and the new list are both in\n\
+         memory). `demo-controller.yaml` sets it for {pods} pods: {request_mib}Mi / {limit_mib}Mi.\n"
     );
     out
+}
+
+/// The manifest's pod count as written, and the request and limit the rules
+/// give for it, in whole MiB.
+fn manifest_sizing(request: &Rule, limit: &Rule) -> (String, f64, f64) {
+    (thousands(MANIFEST_PODS as u64), request.mib(MANIFEST_PODS), limit.mib(MANIFEST_PODS))
 }
 
 /// demo-controller.yaml: the container's resources, from the same rule.
 fn manifest_memory() -> String {
     let bench = Bench::load();
     let (request, limit) = rules(&bench);
+    let (pods, request_mib, limit_mib) = manifest_sizing(&request, &limit);
     let i = "          ";
     format!(
         "{i}# Memory follows one rule, from the committed `make bench` run (the rule,\n\
          {i}# its inputs and how it is computed: book/src/appendix/operations.md):\n\
-         {i}#   request = {} MiB + {} MiB per 1,000 pods   (>= {REQUEST_HEADROOM}x the steady RSS)\n\
-         {i}#   limit   = {} MiB + {} MiB per 1,000 pods   (>= {LIMIT_HEADROOM}x the relist peak)\n\
-         {i}# These values are that rule for a cluster of up to {} pods.\n\
+         {i}#   request = {request}   (>= {REQUEST_HEADROOM}x the steady RSS)\n\
+         {i}#   limit   = {limit}   (>= {LIMIT_HEADROOM}x the relist peak)\n\
+         {i}# These values are that rule for a cluster of up to {pods} pods.\n\
          {i}resources:\n\
          {i}  requests:\n\
          {i}    cpu: 10m\n\
-         {i}    memory: {}Mi\n\
+         {i}    memory: {request_mib}Mi\n\
          {i}  limits:\n\
-         {i}    memory: {}Mi\n",
-        request.base,
-        request.per_1000,
-        limit.base,
-        limit.per_1000,
-        thousands(MANIFEST_PODS as u64),
-        request.mib(MANIFEST_PODS),
-        limit.mib(MANIFEST_PODS)
+         {i}    memory: {limit_mib}Mi\n"
     )
 }
 
@@ -288,12 +289,13 @@ fn code_lines(path: &Path) -> usize {
         .count()
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every file below `dir` whose name ends in `.{ext}`.
+fn files_ending(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let path = entry.path();
         if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") && path.file_name().is_some_and(|n| n != "tests.rs") {
+            files_ending(&path, ext, out);
+        } else if path.extension().is_some_and(|e| e == ext) {
             out.push(path);
         }
     }
@@ -302,7 +304,8 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// tour.md: how big src/ is.
 fn tour_count() -> String {
     let mut files = Vec::new();
-    rust_files(&repo().join("src"), &mut files);
+    files_ending(&repo().join("src"), "rs", &mut files);
+    files.retain(|f| f.file_name().is_some_and(|n| n != "tests.rs"));
     let all: usize = files.iter().map(|f| code_lines(f)).sum();
     let core: usize = ["main", "controller", "informer", "queue", "worker"]
         .iter()
@@ -400,17 +403,7 @@ const BLOCKS: &[Block] = &[
 /// The files that may hold blocks.
 fn documents() -> Vec<PathBuf> {
     let mut files = vec![repo().join("README.md"), repo().join("demo-controller.yaml")];
-    fn markdown(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                markdown(&path, out);
-            } else if path.extension().is_some_and(|e| e == "md") {
-                out.push(path);
-            }
-        }
-    }
-    markdown(&repo().join("book/src"), &mut files);
+    files_ending(&repo().join("book/src"), "md", &mut files);
     files
 }
 
