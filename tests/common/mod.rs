@@ -677,6 +677,22 @@ impl Drop for Plane {
     }
 }
 
+/// Whether `text` names the HTTP status `code` as a number of its own
+/// ("410 Gone", "code: 410"), not as digits inside another number: a random
+/// backoff such as "retrying in 2.207841011s" holds "410" too, and once
+/// failed a test that looked for the substring.
+pub fn names_status(text: &str, code: u16) -> bool {
+    let code = code.to_string();
+    text.match_indices(&code).any(|(i, _)| {
+        let mut before = text[..i].chars().rev();
+        let mut after = text[i + code.len()..].chars();
+        let digit = |c: Option<char>| c.is_some_and(|c| c.is_ascii_digit());
+        let joined = |c: Option<char>, next: Option<char>| digit(c) || (c == Some('.') && digit(next));
+        let (b, a) = (before.next(), after.next());
+        !joined(b, before.next()) && !joined(a, after.next())
+    })
+}
+
 /// The messages of the WARN lines among `lines`, in order.
 pub fn warnings_in(lines: &[Value]) -> Vec<String> {
     lines
