@@ -55,7 +55,15 @@ echo "## modules"
 # runtime, so this section is shown, not compared.
 if [[ -r /proc/modules ]]; then awk '{ print $1 }' /proc/modules | sort; else echo "(no loadable modules: this kernel has none)"; fi
 echo "## processes"
-# (process names as the kernel keeps them: 15 characters)
+# A node's processes, by name (as the kernel keeps names: 15 characters):
+# those in a node's cgroup (demo-controller-node-*), where a node puts every
+# process it starts, and where they stay while any is left. Processes of the
+# same names elsewhere (a developer's own control plane, a kind cluster, the
+# tests' control plane) start and stop as they please: they are not a node's.
 for n in kubelet containerd containerd-shim kube-proxy kube-scheduler kube-controller kube-apiserver etcd; do
-	echo "$n: $(pgrep -xc "$n" || true)"
+	count=0
+	for pid in $(pgrep -x "$n" || true); do
+		grep -q '/demo-controller-node-' "/proc/$pid/cgroup" 2>/dev/null && count=$((count + 1))
+	done
+	echo "$n: $count"
 done
