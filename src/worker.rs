@@ -15,6 +15,7 @@ use crate::describe::{NAME_CHARS, cleaned};
 use crate::faults::Faults;
 use crate::informer::Cache;
 use crate::key::Key;
+use crate::leader::Verdict;
 use crate::pod::PodState;
 
 /// One line of output, before it is logged.
@@ -101,6 +102,8 @@ pub struct Worker {
     skip_existing: bool,
     /// The test seam: the step of a sync that can fail (inert in normal runs).
     faults: Faults,
+    /// Whose lines these are, with `--leader-elect` (see leader.rs).
+    pub gate: Arc<crate::leader::Gate>,
 }
 
 impl Worker {
@@ -111,6 +114,7 @@ impl Worker {
             left: Mutex::new(LeftSelector::default()),
             skip_existing,
             faults,
+            gate: crate::leader::Gate::leading(),
         }
     }
 
@@ -172,8 +176,11 @@ impl Worker {
         if changes.is_empty() {
             debug!(%key, "no change (resync or a merged add+delete already logged)");
         }
+        // A standby logs nothing: it takes in what the leader logged, and
+        // holds (commits nothing of) a key the leader has not logged yet.
+        let Some(verdicts) = self.gate.admit(key, &changes) else { return Ok(Vec::new()) };
         let mut lines = Vec::with_capacity(changes.len());
-        for change in changes {
+        for (change, verdict) in changes.into_iter().zip(verdicts) {
             let reason = match &change {
                 Change::Delete(p) if left.contains(&(p.uid.as_str(), p.resource_version.as_str())) => {
                     self.lock_left().insert(key, &p.uid);
@@ -183,9 +190,9 @@ impl Worker {
                 _ => None,
             };
             let initial = matches!(&change, Change::Add(p) if snapshot.initial.contains(&p.uid));
-            let shown = !(initial && self.skip_existing);
+            let shown = !(initial && self.skip_existing) && verdict != Verdict::Silent;
             if shown {
-                log(key, &change, initial, reason);
+                log(key, &change, initial, reason, (verdict == Verdict::Replayed).then_some(true));
             }
             lines.push(Line { change, initial, reason, shown });
         }
@@ -261,7 +268,7 @@ impl LeftSelector {
 /// repeats the facts a log pipeline counts by as fields of their own, present
 /// only when the change names them: `reasons` (`OOMKilled`, `CrashLoopBackOff
 /// ImagePullBackOff`...) and `exit_code`.
-fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>) {
+fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>, replayed: Option<bool>) {
     // As the key prints them: cleaned (describe.rs).
     let (ns, name) = (cleaned(&key.namespace, NAME_CHARS), cleaned(&key.name, NAME_CHARS));
     let (ns, name) = (ns.as_ref(), name.as_ref());
@@ -272,12 +279,12 @@ fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>) {
     });
     match (change, reason) {
         (Change::Add(p), _) if initial => {
-            info!(namespace = ns, name, uid = p.uid, phase = p.phase, initial_list = true, "onAdd: {key}")
+            info!(namespace = ns, name, uid = p.uid, phase = p.phase, replayed, initial_list = true, "onAdd: {key}")
         }
         (Change::Add(p), Some(reason)) => {
-            info!(namespace = ns, name, uid = p.uid, phase = p.phase, reason, "onAdd: {key}")
+            info!(namespace = ns, name, uid = p.uid, phase = p.phase, replayed, reason, "onAdd: {key}")
         }
-        (Change::Add(p), None) => info!(namespace = ns, name, uid = p.uid, phase = p.phase, "onAdd: {key}"),
+        (Change::Add(p), None) => info!(namespace = ns, name, uid = p.uid, phase = p.phase, replayed, "onAdd: {key}"),
         (Change::Update { old, new }, _) => {
             let diff = old.diff(new);
             info!(
@@ -285,6 +292,7 @@ fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>) {
                 name,
                 uid = new.uid,
                 phase = new.phase,
+                replayed,
                 changes = diff.text(),
                 reasons = diff.reasons().as_deref(),
                 exit_code = diff.exit_code,
@@ -292,9 +300,11 @@ fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>) {
             )
         }
         (Change::Delete(p), Some(reason)) => {
-            info!(namespace = ns, name, uid = p.uid, phase = p.phase, reason, "onDelete: {key}")
+            info!(namespace = ns, name, uid = p.uid, phase = p.phase, replayed, reason, "onDelete: {key}")
         }
-        (Change::Delete(p), None) => info!(namespace = ns, name, uid = p.uid, phase = p.phase, "onDelete: {key}"),
+        (Change::Delete(p), None) => {
+            info!(namespace = ns, name, uid = p.uid, phase = p.phase, replayed, "onDelete: {key}")
+        }
     }
 }
 
