@@ -12,15 +12,14 @@
 //!
 //! What client-go has no word for is where the new leader starts. Here the
 //! leader writes, with every renew, the resourceVersion of pods up to which
-//! it has logged ([`MARK`]). A standby's worker asks the [`Gate`] about every
-//! change it finds: changes up to the mark it takes in silently (its memory
-//! of what was last logged follows the leader's), the others it holds. Once
-//! it leads, it logs what it held, past the mark. After a graceful handoff
-//! the mark is exact: nothing twice, nothing lost. After a crash the mark is
-//! up to one retry period old, so what lies between it and the takeover may
-//! have been logged already: those lines say `replayed=true`.
+//! it has logged ([`MARK`]). A standby's worker takes every change in, as
+//! the leader's does, and hands its line to the [`Gate`], which keeps it
+//! until the mark covers it. Once the standby leads, it logs the lines it
+//! kept past the mark. After a graceful handoff the mark is exact: nothing
+//! twice, nothing lost. After a crash the mark is up to one retry period
+//! old, so the kept lines may have been logged already: they say
+//! `replayed=true`.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -154,12 +153,13 @@ impl Observer {
 }
 // ANCHOR_END: decide
 
-/// How a change passes the gate (see [`Gate::admit`]).
+/// How a line passes the gate (see [`Gate::admit`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// Log it.
     Log,
-    /// Take it in without a line: the leader logged it.
+    /// No line now: the leader logged it, or we stand by (then the gate
+    /// keeps the line until the leader's mark passes it or we lead).
     Silent,
     /// Log it with `replayed=true`: a leader that died may have logged it.
     Replayed,
@@ -167,30 +167,36 @@ pub enum Verdict {
 
 #[derive(Debug)]
 enum Role {
-    /// Lines are written. Changes up to `mark` were the previous leader's;
-    /// those up to `replay_until` may have been (it did not release).
-    Leading { mark: Option<u64>, replay_until: Option<u64> },
-    /// No line. Changes up to `mark` are taken in, the others held.
+    /// Lines are written, but none up to `mark`: the previous leader's.
+    Leading { mark: Option<u64> },
+    /// No line. Those past `mark` wait in `pending`.
     Standby { mark: Option<u64> },
+}
+
+/// A line a standby kept: past the leader's mark when its worker took the
+/// change in.
+#[derive(Debug)]
+pub struct Pending {
+    pub key: Key,
+    pub change: Change,
+    pub initial: bool,
+    pub reason: Option<&'static str>,
+    version: Option<u64>,
 }
 
 #[derive(Debug)]
 struct GateState {
     role: Role,
-    /// Keys with changes held back while standing by.
-    held: HashSet<Key>,
+    /// A standby's lines past the mark, in the order its workers took them.
+    pending: std::collections::VecDeque<Pending>,
     /// The highest resourceVersion a sync took in (logged or silent).
     taken: Option<u64>,
-    /// The highest resourceVersion a sync found, held or not.
-    seen: Option<u64>,
 }
 
-// ANCHOR: gate
-/// The one question a worker asks before it logs: whose line is this?
-#[derive(Debug)]
-pub struct Gate {
-    state: Mutex<GateState>,
-}
+/// Lines a standby keeps at most. A leader renews its mark every retry
+/// period, which drops what it covers, so only a lease whose holder writes
+/// no mark (not a demo-controller) fills this; past it the oldest go.
+pub const PENDING_CAP: usize = 100_000;
 
 fn version(change: &Change) -> Option<u64> {
     match change {
@@ -198,10 +204,29 @@ fn version(change: &Change) -> Option<u64> {
     }
 }
 
+/// Whether `mark` covers a change at `version` (a version that is not a
+/// number is never covered: logged rather than lost).
+fn covers(mark: Option<u64>, version: Option<u64>) -> bool {
+    matches!((version, mark), (Some(v), Some(m)) if v <= m)
+}
+
+// ANCHOR: gate
+/// The one question a worker asks before it logs a line: whose line is it?
+///
+/// A standby's worker takes every change in as it comes, exactly as the
+/// leader's does (so its memory of each pod follows the leader's, and an
+/// update is an update, not an add, when it leads); the line goes to the
+/// gate instead of the log, and waits there until the leader's mark covers
+/// it (dropped: the leader logged it) or we lead (logged).
+#[derive(Debug)]
+pub struct Gate {
+    state: Mutex<GateState>,
+}
+
 impl Gate {
     /// A logger without `--leader-elect`: it always leads, from nothing.
     pub fn leading() -> Arc<Gate> {
-        Gate::new(Role::Leading { mark: None, replay_until: None })
+        Gate::new(Role::Leading { mark: None })
     }
 
     /// A candidate starts as a standby that has heard of no mark yet.
@@ -210,41 +235,33 @@ impl Gate {
     }
 
     fn new(role: Role) -> Arc<Gate> {
-        Arc::new(Gate { state: Mutex::new(GateState { role, held: HashSet::new(), taken: None, seen: None }) })
+        let pending = Default::default();
+        Arc::new(Gate { state: Mutex::new(GateState { role, pending, taken: None }) })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// For one sync of `key` and the changes it found: a verdict per change,
-    /// or `None` to hold the key (no line, nothing committed; it is queued
-    /// again when the mark moves or we lead). A resourceVersion that is not
-    /// a number cannot be compared: it is logged rather than risk a loss.
-    pub fn admit(&self, key: &Key, changes: &[Change]) -> Option<Vec<Verdict>> {
+    /// A worker has a line for `change` of `key`: log it or not?
+    pub fn admit(&self, key: &Key, change: &Change, initial: bool, reason: Option<&'static str>) -> Verdict {
         let mut state = self.lock();
-        let top = changes.iter().filter_map(version).max();
-        state.seen = state.seen.max(top);
-        let verdicts = match state.role {
+        let version = version(change);
+        state.taken = state.taken.max(version);
+        match state.role {
+            Role::Leading { mark } if covers(mark, version) => Verdict::Silent,
+            Role::Leading { .. } => Verdict::Log,
             Role::Standby { mark } => {
-                let covered = |c: &Change| matches!((version(c), mark), (Some(v), Some(m)) if v <= m);
-                if !changes.iter().all(covered) {
-                    state.held.insert(key.clone());
-                    return None;
+                if !covers(mark, version) {
+                    if state.pending.len() == PENDING_CAP {
+                        state.pending.pop_front();
+                    }
+                    let (key, change) = (key.clone(), change.clone());
+                    state.pending.push_back(Pending { key, change, initial, reason, version });
                 }
-                vec![Verdict::Silent; changes.len()]
+                Verdict::Silent
             }
-            Role::Leading { mark, replay_until } => changes
-                .iter()
-                .map(|c| match (version(c), mark, replay_until) {
-                    (Some(v), Some(m), _) if v <= m => Verdict::Silent,
-                    (Some(v), _, Some(r)) if v <= r => Verdict::Replayed,
-                    _ => Verdict::Log,
-                })
-                .collect(),
-        };
-        state.taken = state.taken.max(top);
-        Some(verdicts)
+        }
     }
     // ANCHOR_END: gate
 
@@ -258,30 +275,23 @@ impl Gate {
         matches!(self.lock().role, Role::Leading { .. })
     }
 
-    /// A standby heard of a newer mark: the held keys, to queue again.
-    fn follow(&self, mark: Option<u64>) -> Vec<Key> {
+    /// A standby heard of the leader's mark: the lines it covers go.
+    fn follow(&self, mark: Option<u64>) {
         let mut state = self.lock();
-        let advanced = match state.role {
-            Role::Standby { mark: old } => mark > old,
-            Role::Leading { .. } => false,
-        };
-        if !advanced {
-            return Vec::new();
+        if let Role::Standby { mark: old } = state.role
+            && mark > old
+        {
+            state.role = Role::Standby { mark };
+            state.pending.retain(|p| !covers(mark, p.version));
         }
-        state.role = Role::Standby { mark };
-        state.held.drain().collect()
     }
 
-    /// We lead from the lease's `mark`; if its holder did not release it,
-    /// what our worker had found past the mark by now may have been logged
-    /// (the dead leader saw it too, and it logs within milliseconds of its
-    /// watch, well within the lease duration we waited). Returns the
-    /// held keys, to queue again.
-    fn lead(&self, mark: Option<u64>, released: bool) -> Vec<Key> {
+    /// We lead from the lease's `mark`: returns the kept lines it does not
+    /// cover, to log now, before any other.
+    fn lead(&self, mark: Option<u64>) -> Vec<Pending> {
         let mut state = self.lock();
-        let replay_until = if released { None } else { state.seen };
-        state.role = Role::Leading { mark, replay_until };
-        state.held.drain().collect()
+        state.role = Role::Leading { mark };
+        state.pending.drain(..).filter(|p| !covers(mark, p.version)).collect()
     }
 
     /// No more lines, from now on.
@@ -405,7 +415,7 @@ impl Elector {
                     info!(holder, "standing by: {holder} leads");
                     self.standing_by = Some(holder);
                 }
-                self.queue.add_all(self.gate.follow(record.mark));
+                self.gate.follow(record.mark);
                 Ok(false)
             }
             Step::Renew { transitions } | Step::Take { transitions } => {
@@ -424,10 +434,15 @@ impl Elector {
 
     fn became_leader(&mut self, mark: Option<u64>, released: bool) -> bool {
         self.mark = mark;
-        let held = self.gate.lead(mark, released);
+        let kept = self.gate.lead(mark);
         crate::metrics::leader(&self.name, true);
-        info!(identity = self.me, resumes_after = mark, released, "became leader");
-        self.queue.add_all(held);
+        info!(identity = self.me, resumes_after = mark, released, kept = kept.len(), "became leader");
+        // What we took in past the mark: after a release the leader had
+        // stopped watching before it wrote the mark, so none of it was
+        // logged; after a crash any of it may have been.
+        for p in kept {
+            crate::worker::log(&p.key, &p.change, p.initial, p.reason, (!released).then_some(true));
+        }
         true
     }
 
@@ -600,36 +615,38 @@ mod tests {
         Key { namespace: "ns".into(), name: name.into() }
     }
 
-    #[test]
-    fn a_standby_takes_in_what_the_leader_logged_and_holds_the_rest() {
-        let gate = Gate::standby();
-        assert_eq!(gate.admit(&key("a"), &[add("5")]), None, "no mark yet: held");
-        assert!(gate.follow(Some(5)).contains(&key("a")), "the mark moved: queued again");
-        assert_eq!(gate.admit(&key("a"), &[add("5")]), Some(vec![Verdict::Silent]));
-        assert_eq!(gate.admit(&key("b"), &[add("4"), add("6")]), None, "one change past the mark holds the key");
-        assert!(gate.follow(Some(5)).is_empty(), "the same mark queues nothing");
-        // A graceful handoff: the released lease's mark is exact.
-        assert_eq!(gate.lead(Some(5), true), vec![key("b")]);
-        assert_eq!(gate.admit(&key("b"), &[add("4"), add("6")]), Some(vec![Verdict::Silent, Verdict::Log]));
+    fn kept(lines: Vec<Pending>) -> Vec<Option<u64>> {
+        lines.into_iter().map(|p| p.version).collect()
     }
 
     #[test]
-    fn after_a_crash_what_was_seen_past_the_mark_is_replayed() {
+    fn a_standby_keeps_what_the_leader_has_not_logged_yet() {
         let gate = Gate::standby();
-        gate.follow(Some(5));
-        assert_eq!(gate.admit(&key("a"), &[add("5")]), Some(vec![Verdict::Silent]));
-        assert_eq!(gate.admit(&key("b"), &[add("7")]), None);
-        // The leader died after its renew at 5, maybe after logging 7.
-        assert_eq!(gate.lead(Some(5), false), vec![key("b")]);
-        assert_eq!(gate.admit(&key("b"), &[add("7")]), Some(vec![Verdict::Replayed]));
-        assert_eq!(gate.admit(&key("c"), &[add("5"), add("9")]), Some(vec![Verdict::Silent, Verdict::Log]));
+        assert_eq!(gate.admit(&key("a"), &add("5"), false, None), Verdict::Silent, "a standby never logs");
+        assert_eq!(gate.admit(&key("b"), &add("7"), false, None), Verdict::Silent);
+        gate.follow(Some(5)); // the leader logged up to 5
+        gate.follow(Some(4)); // an older mark changes nothing
+        assert_eq!(gate.admit(&key("c"), &add("3"), false, None), Verdict::Silent, "a late change the mark covers");
+        // A graceful handoff: the released lease's mark is exact.
+        assert_eq!(kept(gate.lead(Some(6))), vec![Some(7)]);
+        assert_eq!(gate.admit(&key("d"), &add("6"), false, None), Verdict::Silent, "the old leader's");
+        assert_eq!(gate.admit(&key("d"), &add("8"), false, None), Verdict::Log);
+    }
+
+    #[test]
+    fn a_version_that_is_not_a_number_is_never_covered() {
+        let gate = Gate::standby();
+        gate.admit(&key("a"), &add("x"), false, None);
+        gate.follow(Some(u64::MAX));
+        assert_eq!(kept(gate.lead(Some(u64::MAX))), vec![None]);
+        assert_eq!(gate.admit(&key("a"), &add("y"), false, None), Verdict::Log);
     }
 
     #[test]
     fn without_election_every_change_is_logged() {
         let gate = Gate::leading();
-        assert_eq!(gate.admit(&key("a"), &[add("1"), add("x")]), Some(vec![Verdict::Log, Verdict::Log]));
+        assert_eq!(gate.admit(&key("a"), &add("1"), false, None), Verdict::Log);
         gate.stop();
-        assert_eq!(gate.admit(&key("a"), &[add("2")]), None, "a lost lease: no line");
+        assert_eq!(gate.admit(&key("a"), &add("2"), false, None), Verdict::Silent, "a lost lease: no line");
     }
 }

@@ -75,7 +75,8 @@ pub struct Line {
     pub initial: bool,
     /// Why, when the event's kind alone would mislead (see [`log`]).
     pub reason: Option<&'static str>,
-    /// False when `--skip-existing` left it out.
+    /// False when `--skip-existing` left it out, or the leader election
+    /// (a standby, or a change the previous leader logged).
     pub shown: bool,
 }
 
@@ -176,11 +177,8 @@ impl Worker {
         if changes.is_empty() {
             debug!(%key, "no change (resync or a merged add+delete already logged)");
         }
-        // A standby logs nothing: it takes in what the leader logged, and
-        // holds (commits nothing of) a key the leader has not logged yet.
-        let Some(verdicts) = self.gate.admit(key, &changes) else { return Ok(Vec::new()) };
         let mut lines = Vec::with_capacity(changes.len());
-        for (change, verdict) in changes.into_iter().zip(verdicts) {
+        for change in changes {
             let reason = match &change {
                 Change::Delete(p) if left.contains(&(p.uid.as_str(), p.resource_version.as_str())) => {
                     self.lock_left().insert(key, &p.uid);
@@ -190,7 +188,12 @@ impl Worker {
                 _ => None,
             };
             let initial = matches!(&change, Change::Add(p) if snapshot.initial.contains(&p.uid));
-            let shown = !(initial && self.skip_existing) && verdict != Verdict::Silent;
+            // With --leader-elect, the gate says whose line it is (leader.rs).
+            let verdict = match initial && self.skip_existing {
+                true => Verdict::Silent,
+                false => self.gate.admit(key, &change, initial, reason),
+            };
+            let shown = verdict != Verdict::Silent;
             if shown {
                 log(key, &change, initial, reason, (verdict == Verdict::Replayed).then_some(true));
             }
@@ -268,7 +271,7 @@ impl LeftSelector {
 /// repeats the facts a log pipeline counts by as fields of their own, present
 /// only when the change names them: `reasons` (`OOMKilled`, `CrashLoopBackOff
 /// ImagePullBackOff`...) and `exit_code`.
-fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>, replayed: Option<bool>) {
+pub(crate) fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>, replayed: Option<bool>) {
     // As the key prints them: cleaned (describe.rs).
     let (ns, name) = (cleaned(&key.namespace, NAME_CHARS), cleaned(&key.name, NAME_CHARS));
     let (ns, name) = (ns.as_ref(), name.as_ref());
