@@ -167,8 +167,9 @@ pub enum Verdict {
 
 #[derive(Debug)]
 enum Role {
-    /// Lines are written, but none up to `mark`: the previous leader's.
-    Leading { mark: Option<u64> },
+    /// Lines are written, but none up to `mark` (the previous leader's), and
+    /// none after `until`: the renew deadline after the last renew.
+    Leading { mark: Option<u64>, until: Option<Instant> },
     /// No line. Those past `mark` wait in `pending`.
     Standby { mark: Option<u64> },
 }
@@ -226,7 +227,7 @@ pub struct Gate {
 impl Gate {
     /// A logger without `--leader-elect`: it always leads, from nothing.
     pub fn leading() -> Arc<Gate> {
-        Gate::new(Role::Leading { mark: None })
+        Gate::new(Role::Leading { mark: None, until: None })
     }
 
     /// A candidate starts as a standby that has heard of no mark yet.
@@ -249,7 +250,11 @@ impl Gate {
         let version = version(change);
         state.taken = state.taken.max(version);
         match state.role {
-            Role::Leading { mark } if covers(mark, version) => Verdict::Silent,
+            Role::Leading { mark, .. } if covers(mark, version) => Verdict::Silent,
+            // Past the renew deadline another may lead: checked here, at the
+            // line, not only when the elector next wakes up (a process that
+            // was paused resumes its workers and its elector in any order).
+            Role::Leading { until: Some(until), .. } if Instant::now() >= until => Verdict::Silent,
             Role::Leading { .. } => Verdict::Log,
             Role::Standby { mark } => {
                 if !covers(mark, version) {
@@ -286,11 +291,19 @@ impl Gate {
         }
     }
 
-    /// We lead from the lease's `mark`: returns the kept lines it does not
-    /// cover, to log now, before any other.
-    fn lead(&self, mark: Option<u64>) -> Vec<Pending> {
+    /// A renew that started at `started` succeeded: lines until the renew
+    /// deadline after it.
+    fn renewed(&self, until: Instant) {
+        if let Role::Leading { until: old, .. } = &mut self.lock().role {
+            *old = Some(until);
+        }
+    }
+
+    /// We lead from the lease's `mark`, until `until` unless renewed:
+    /// returns the kept lines it does not cover, to log now, before any other.
+    fn lead(&self, mark: Option<u64>, until: Instant) -> Vec<Pending> {
         let mut state = self.lock();
-        state.role = Role::Leading { mark };
+        state.role = Role::Leading { mark, until: Some(until) };
         state.pending.drain(..).filter(|p| !covers(mark, p.version)).collect()
     }
 
@@ -314,6 +327,8 @@ pub struct Elector {
     /// The holder we last said we stand by for (said once per holder).
     standing_by: Option<String>,
     failing: bool,
+    /// When the current try started: a renew deadline runs from there.
+    attempt: Instant,
 }
 
 impl Elector {
@@ -329,6 +344,7 @@ impl Elector {
             mark: None,
             standing_by: None,
             failing: false,
+            attempt: Instant::now(),
         }
     }
 
@@ -359,6 +375,7 @@ impl Elector {
             ticker.tick().await;
             let leading = self.gate.is_leading();
             let started = Instant::now();
+            self.attempt = started;
             // A renew that does not answer must not carry us past the
             // deadline: each try gets what is left of it.
             let left = if leading {
@@ -371,6 +388,7 @@ impl Elector {
                     // Measured from before the write: others count the
                     // lease duration from when they saw it, later.
                     last_renew = started;
+                    self.gate.renewed(started + self.timings.renew_deadline);
                     self.failing = false;
                 }
                 Ok(Ok(false)) => {}
@@ -434,7 +452,7 @@ impl Elector {
 
     fn became_leader(&mut self, mark: Option<u64>, released: bool) -> bool {
         self.mark = mark;
-        let kept = self.gate.lead(mark);
+        let kept = self.gate.lead(mark, self.attempt + self.timings.renew_deadline);
         crate::metrics::leader(&self.name, true);
         info!(identity = self.me, resumes_after = mark, released, kept = kept.len(), "became leader");
         // What we took in past the mark: after a release the leader had
@@ -628,7 +646,8 @@ mod tests {
         gate.follow(Some(4)); // an older mark changes nothing
         assert_eq!(gate.admit(&key("c"), &add("3"), false, None), Verdict::Silent, "a late change the mark covers");
         // A graceful handoff: the released lease's mark is exact.
-        assert_eq!(kept(gate.lead(Some(6))), vec![Some(7)]);
+        let until = Instant::now() + Duration::from_secs(60);
+        assert_eq!(kept(gate.lead(Some(6), until)), vec![Some(7)]);
         assert_eq!(gate.admit(&key("d"), &add("6"), false, None), Verdict::Silent, "the old leader's");
         assert_eq!(gate.admit(&key("d"), &add("8"), false, None), Verdict::Log);
     }
@@ -638,8 +657,21 @@ mod tests {
         let gate = Gate::standby();
         gate.admit(&key("a"), &add("x"), false, None);
         gate.follow(Some(u64::MAX));
-        assert_eq!(kept(gate.lead(Some(u64::MAX))), vec![None]);
+        assert_eq!(kept(gate.lead(Some(u64::MAX), Instant::now() + Duration::from_secs(60))), vec![None]);
         assert_eq!(gate.admit(&key("a"), &add("y"), false, None), Verdict::Log);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_past_its_renew_deadline_writes_no_line() {
+        let gate = Gate::standby();
+        gate.lead(None, Instant::now() + Duration::from_secs(2));
+        assert_eq!(gate.admit(&key("a"), &add("1"), false, None), Verdict::Log);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        gate.renewed(Instant::now() + Duration::from_secs(2));
+        tokio::time::advance(Duration::from_millis(1999)).await;
+        assert_eq!(gate.admit(&key("a"), &add("2"), false, None), Verdict::Log, "renewed in time");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(gate.admit(&key("a"), &add("3"), false, None), Verdict::Silent, "the deadline passed");
     }
 
     #[test]

@@ -283,3 +283,28 @@ async fn a_leader_cut_off_from_the_api_server_stops_logging_and_exits() {
     assert!(!lines[at..].iter().any(is_event), "a line after the lease was lost:\n{}", a.dump());
     println!("figures: cut_off_to_lost={:.3}s (lease 3s, renew deadline 2s)", took.as_secs_f64());
 }
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_leader_writes_no_line_past_its_renew_deadline() {
+    // A process stopped (SIGSTOP, a long GC pause, a frozen VM) for longer
+    // than the lease duration resumes believing it leads; its watch and
+    // workers may run before its elector does. The gate checks the renew
+    // deadline at each line.
+    let c = cluster().await;
+    let ns = namespace(&c.client, "paused").await;
+    let mut a = candidate(&c.kubeconfig, &ns);
+    let a_id = leads(&a).await;
+    let b = candidate(&c.kubeconfig, &ns);
+    b.wait_message(&format!("standing by: {a_id} leads"), T).await;
+    b.synced().await;
+    a.signal("STOP");
+    leads(&b).await;
+    create(&c.client, &ns, "during", &[]).await;
+    a.signal("CONT");
+    create(&c.client, &ns, "after", &[]).await;
+    assert_eq!(b.wait_events(&ns, 2).await, [format!("onAdd: {ns}/during"), format!("onAdd: {ns}/after")]);
+    assert_eq!(a.wait_exit(T).await.code(), Some(1), "{}", a.dump());
+    a.wait_message("lost the lease: no renew within the renew deadline, exiting (exit code 1)", T).await;
+    assert_eq!(a.events(&ns), Vec::<String>::new(), "the paused leader logged:\n{}", a.dump());
+}
