@@ -355,8 +355,9 @@ impl Elector {
     /// The mark to write: what was taken in, once nothing is queued or in
     /// flight. (On the one thread the informer applies a change and queues
     /// its key in one step, so an empty queue means every change it applied
-    /// was synced.) While keys wait, the last mark stands: a mark may lag,
-    /// never run ahead of the log.
+    /// was synced, but for a key waiting out a retry's backoff: here only
+    /// the test seam makes a sync fail.) While keys wait, the last mark
+    /// stands: a mark may lag, never run ahead of the log.
     fn progress(&mut self) -> Option<u64> {
         if self.queue.is_empty() && self.queue.in_flight().is_empty() {
             self.mark = self.mark.max(self.gate.taken());

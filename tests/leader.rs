@@ -33,8 +33,13 @@ const TIMINGS: [&str; 6] = [
 
 /// A candidate for the lease `demo-controller` in `ns`, watching `ns`.
 fn candidate(kubeconfig: &std::path::Path, ns: &str) -> Logger {
+    candidate_with(kubeconfig, ns, &[])
+}
+
+fn candidate_with(kubeconfig: &std::path::Path, ns: &str, more: &[&str]) -> Logger {
     let mut args = vec!["-n", ns, "--leader-elect", "--leader-elect-resource-namespace", ns];
     args.extend(TIMINGS);
+    args.extend(more);
     Logger::start(kubeconfig, &args)
 }
 
@@ -245,9 +250,13 @@ async fn a_lease_held_by_another_identity_is_respected() {
     };
     leases.create(&PostParams::default(), &lease).await.expect("create lease");
     create(&c.client, &ns, "before", &[]).await;
-    let a = candidate(&c.kubeconfig, &ns);
+    let (probes, metrics) = (free_port(), free_port());
+    let (probe_addr, metrics_addr) = (format!("127.0.0.1:{probes}"), format!("127.0.0.1:{metrics}"));
+    let a = candidate_with(&c.kubeconfig, &ns, &["--probe-addr", &probe_addr, "--metrics-addr", &metrics_addr]);
     a.wait_message("standing by: someone-else leads", T).await;
     a.synced().await;
+    // A warm standby: ready (its cache synced), no line.
+    assert_eq!(http_get(probes, "/readyz").0, 200);
     create(&c.client, &ns, "during", &[]).await;
     // Its cache holds both pods (its /readyz is the cache's), yet no line:
     // proven once it leads, when the held changes come out after its
@@ -260,6 +269,8 @@ async fn a_lease_held_by_another_identity_is_respected() {
     events.sort();
     assert_eq!(events, [format!("onAdd: {ns}/before"), format!("onAdd: {ns}/during")]);
     silent_until_it_leads(&a);
+    let page = http_get(metrics, "/metrics").1;
+    assert!(page.contains("leader_election_master_status{name=\"demo-controller\"} 1\n"), "{page}");
 }
 
 #[ignore = "needs the local control plane: run `make test`"]
