@@ -397,6 +397,10 @@ impl Elector {
                     self.failing = true;
                     warn!(lease = self.name, "cannot reach the lease (retrying every retry period): {err}");
                 }
+                Err(_) if !self.failing => {
+                    self.failing = true;
+                    warn!(lease = self.name, "cannot reach the lease (retrying every retry period): no answer in time");
+                }
                 Ok(Err(_)) | Err(_) => {}
             }
             if leading && last_renew.elapsed() >= self.timings.renew_deadline {
