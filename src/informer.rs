@@ -578,35 +578,6 @@ impl ListProgress {
     }
 }
 
-/// Why kube-client ended a watch stream quietly (see logging.rs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Interruption {
-    /// The connection closed in the middle of the response (a restarted API
-    /// server, a proxy that dropped the connection).
-    ClosedMidStream,
-    /// Nothing arrived for the read timeout (a path that went silent).
-    Silent,
-}
-
-/// A watch whose connection broke: the watcher (kube's for JSON, ours for
-/// protobuf) resumes it from the last resourceVersion by itself, and tells
-/// nobody. Logged here, once per break, so that every outage that breaks the
-/// watch shows in the log, and counted as a watch error.
-pub fn watch_interrupted(why: Interruption) {
-    let reason = match why {
-        Interruption::ClosedMidStream => {
-            "the connection to the API server closed in the middle of the watch (was the server restarted?)".to_string()
-        }
-        Interruption::Silent => format!(
-            "the API server sent nothing for {} s, the read timeout: the connection is abandoned",
-            crate::client::READ_TIMEOUT.as_secs()
-        ),
-    };
-    warn!("watch interrupted: {reason}; resuming from the last resourceVersion");
-    metrics::watch_error();
-    probes::watch_error(Some(reason));
-}
-
 /// Whether `error` left the watcher (kube's or ours, the same state machine)
 /// back at its start, Empty, so that its next poll lists again as it first
 /// did. `streaming`: the watcher was built for streaming lists;
@@ -966,7 +937,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_status_that_could_not_be_read_keeps_the_one_before() {
-        use crate::describe::{Text, Word};
+        use crate::text::{Text, Word};
         let cache = Cache::new();
         let mut running = pod("a", "p", "u1", "1");
         running.status = Some(crate::pod::Status { phase: Some(Word::new("Running")), ..Default::default() });

@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex};
 
 use tracing::{debug, info, warn};
 
-use crate::describe::{NAME_CHARS, cleaned};
 use crate::faults::Faults;
 use crate::informer::Cache;
 use crate::key::Key;
 use crate::pod::PodState;
+use crate::text::{NAME_CHARS, cleaned};
 
 /// One line of output, before it is logged.
 #[derive(Clone, Debug, PartialEq)]
@@ -164,7 +164,7 @@ impl Worker {
                 Err(e) => {
                     // The server's (or a proxy's) words, cleaned for the line.
                     let e = e.to_string();
-                    let e = cleaned(&e, 2 * crate::describe::MESSAGE_CHARS);
+                    let e = cleaned(&e, 2 * crate::text::MESSAGE_CHARS);
                     warn!(%key, "cannot tell whether {key} was deleted or left the selector ({e}): a plain onDelete follows")
                 }
             }
@@ -262,7 +262,7 @@ impl LeftSelector {
 /// only when the change names them: `reasons` (`OOMKilled`, `CrashLoopBackOff
 /// ImagePullBackOff`...) and `exit_code`.
 fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>) {
-    // As the key prints them: cleaned (describe.rs).
+    // As the key prints them: cleaned (text.rs).
     let (ns, name) = (cleaned(&key.namespace, NAME_CHARS), cleaned(&key.name, NAME_CHARS));
     let (ns, name) = (ns.as_ref(), name.as_ref());
     crate::metrics::event_logged(match change {
