@@ -362,8 +362,8 @@ async fn on_signal(shutdown: CancellationToken) {
 //   open watch is dropped only after kube's idle timeout: the watch timeout
 //   (290 s by default) plus 5 s.
 // - A pod relabelled out of a --selector, which the server reports as
-//   DELETED: src/informer.rs `Cache::left_selector`, src/worker.rs
-//   `Worker::sync` log it with reason="no longer matches the selector".
+//   DELETED: src/worker.rs `Worker::sync` asks the server why
+//   (`Worker::left_selector`) and logs reason="no longer matches the selector".
 // - Streaming lists with a fallback to a paged LIST where the server refuses
 //   them: src/informer.rs `run`.
 // - Readiness and liveness probes and metrics: src/probes.rs, src/metrics.rs.

@@ -72,7 +72,8 @@ impl Controller {
     pub fn new(api: Api<Pod>, watch: watcher::Config, mut settings: Settings) -> Arc<Controller> {
         let cache = Cache::new();
         let faults = std::mem::take(&mut settings.faults);
-        let worker = Worker::new(cache.clone(), settings.skip_existing, faults);
+        let selector = watch.label_selector.is_some().then(|| api.clone());
+        let worker = Worker::new(cache.clone(), settings.skip_existing, faults, selector);
         let failed_in_drain = Default::default();
         Arc::new(Controller { failed_in_drain, api, watch, cache, queue: Queue::new("pods"), worker, settings })
     }

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use crate::pod::Pod;
 use futures::StreamExt;
-use kube::api::{ListParams, VersionMatch};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event, InitialListStrategy};
 use kube::{Api, ResourceExt};
@@ -58,9 +57,6 @@ struct Inner {
     /// (and `--skip-existing` can leave them out). Each is removed when the
     /// sync that logged that pod (alive, or from its tombstone) commits.
     initial: HashSet<String>,
-    /// With a label selector: the API to ask whether a pod that the watch
-    /// reported DELETED still exists (it then left the selector).
-    selector: Option<Api<Pod>>,
     /// How many pods the first list held, for the `cache synced` line. The
     /// store's own count may be higher by the time that line is written: the
     /// informer goes on applying watch events meanwhile.
@@ -73,10 +69,11 @@ struct Inner {
 #[derive(Clone, Debug)]
 pub struct Tombstone {
     pub pod: Arc<Pod>,
-    /// A DELETED event while a label selector is in use: the pod was deleted
-    /// *or* its labels stopped matching, and the event cannot tell which (see
-    /// [`Cache::apply`]); [`Cache::left_selector`] asks the server.
-    pub ask_why: bool,
+    /// It came from a DELETED event (not from a relist). With a label
+    /// selector such an event means the pod was deleted *or* its labels
+    /// stopped matching, and the event cannot tell which (see
+    /// [`Cache::apply`]); the worker asks the server (worker.rs).
+    pub from_event: bool,
 }
 
 /// What a worker sees for one key, taken in one consistent moment. Reading it
@@ -96,7 +93,6 @@ impl Cache {
             writer,
             tombstones: HashMap::new(),
             initial: HashSet::new(),
-            selector: None,
             first_list: None,
             unreadable: HashSet::new(),
         };
@@ -105,38 +101,6 @@ impl Cache {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Whether the watch uses a label selector; `api` (not filtered by it)
-    /// answers what became of a pod reported DELETED.
-    pub fn set_selector(&self, api: Option<Api<Pod>>) {
-        self.lock().selector = api;
-    }
-
-    /// Whether the pod of a DELETED event still exists: then it left the
-    /// selector rather than being deleted. One LIST of that name, made by the
-    /// worker's sync before it logs the onDelete (without an answer it logs a
-    /// plain one).
-    ///
-    /// It asks for a list *not older than the DELETED event's
-    /// resourceVersion*. The API server's watch cache can answer that (it
-    /// waits, briefly, until it has caught up to that version), so a mass
-    /// relabel costs the server cache reads, not one etcd read per pod; and
-    /// the answer is never older than the event, so a pod deleted since is
-    /// never reported as still there.
-    pub async fn left_selector(&self, pod: &Pod) -> Result<bool, kube::Error> {
-        let Some(api) = self.lock().selector.clone() else { return Ok(false) };
-        let namespace = pod.namespace().unwrap_or_default();
-        let api = Api::<Pod>::namespaced(api.into_client(), &namespace);
-        // A LIST narrowed to the one name, not a GET: the same answer, and it
-        // needs only the `list` verb the informer already has, so the
-        // manifest's RBAC stays list + watch.
-        let mut by_name = ListParams::default().fields(&format!("metadata.name={}", pod.name_any()));
-        if let Some(rv) = pod.resource_version() {
-            by_name = by_name.at(&rv).matching(VersionMatch::NotOlderThan);
-        }
-        let now = api.list_metadata(&by_name).await?;
-        Ok(now.items.iter().any(|now| now.uid() == pod.uid()))
     }
 
     // ANCHOR: apply
@@ -164,8 +128,7 @@ impl Cache {
             Event::Delete(pod) => {
                 inner.unreadable.remove(&Key::of(pod));
                 inner.writer.apply_watcher_event(&event);
-                let ask_why = inner.selector.is_some();
-                let tombstone = Tombstone { pod: Arc::new(pod.clone()), ask_why };
+                let tombstone = Tombstone { pod: Arc::new(pod.clone()), from_event: true };
                 inner.tombstones.entry(Key::of(pod)).or_default().push(tombstone);
                 vec![Key::of(pod)]
             }
@@ -199,7 +162,7 @@ impl Cache {
                 for old in before {
                     let key = Key::of(&old);
                     if now.get(&key) != Some(&old.uid()) {
-                        inner.tombstones.entry(key).or_default().push(Tombstone { pod: old, ask_why: false });
+                        inner.tombstones.entry(key).or_default().push(Tombstone { pod: old, from_event: false });
                     }
                 }
                 metrics::relisted();
@@ -371,7 +334,6 @@ pub async fn run(
     if config.timeout.is_none() {
         config = config.timeout(WATCH_TIMEOUT_SECS);
     }
-    cache.set_selector(config.label_selector.is_some().then(|| api.clone()));
     let mut backoff = Backoff::default();
     let mut progress = tokio::time::interval_at(Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
     progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -9,12 +9,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use kube::api::{ListParams, VersionMatch};
+use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
 use crate::faults::Faults;
 use crate::informer::Cache;
 use crate::key::Key;
-use crate::pod::PodState;
+use crate::pod::{Pod, PodState};
 use crate::text::{NAME_CHARS, cleaned};
 
 /// One line of output, before it is logged.
@@ -95,6 +97,16 @@ pub struct Worker {
     /// key at once (the queue guarantees that), so a plain std mutex held for
     /// a lookup is all the coordination needed.
     last: Mutex<HashMap<Key, PodState>>,
+    /// With `--selector`: the API (not filtered by it) to ask whether a pod
+    /// reported DELETED still exists, that is, left the selector.
+    ///
+    /// Everything about a pod leaving the selector lives here, in the worker:
+    /// this question, its answer and [`LeftSelector`]. The cache records what
+    /// the server said (a DELETED event, a pod a relist lacks) and cannot know
+    /// why; only the sync knows which deletes it is about to log, so it asks
+    /// for those, and it is the sync that must remember the answer until the
+    /// pod's return, to say "now matches the selector" then.
+    selector: Option<Api<Pod>>,
     /// Pods we logged as having left the selector, so that their return says
     /// "now matches the selector" rather than looking like a new pod.
     left: Mutex<LeftSelector>,
@@ -104,10 +116,11 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(cache: Arc<Cache>, skip_existing: bool, faults: Faults) -> Worker {
+    pub fn new(cache: Arc<Cache>, skip_existing: bool, faults: Faults, selector: Option<Api<Pod>>) -> Worker {
         Worker {
             cache,
             last: Mutex::new(HashMap::new()),
+            selector,
             left: Mutex::new(LeftSelector::default()),
             skip_existing,
             faults,
@@ -150,7 +163,7 @@ impl Worker {
         // With a selector, a DELETED event may mean the pod was relabelled
         // out of it: ask the server, for the deletes we are about to log.
         let mut left = Vec::new();
-        for t in snapshot.tombstones.iter().filter(|t| t.ask_why) {
+        for t in snapshot.tombstones.iter().filter(|t| t.from_event && self.selector.is_some()) {
             let uid = t.pod.metadata.uid.as_deref().unwrap_or_default();
             let logged = changes.iter().any(|c| matches!(c, Change::Delete(p) if p.uid == uid));
             if !logged {
@@ -158,7 +171,7 @@ impl Worker {
             }
             // Not worth failing the sync for: without an answer the line is a
             // plain onDelete, which is what a relist would give too.
-            match self.cache.left_selector(&t.pod).await {
+            match self.left_selector(&t.pod).await {
                 Ok(true) => left.push((uid, t.pod.metadata.resource_version.as_deref().unwrap_or_default())),
                 Ok(false) => {}
                 Err(e) => {
@@ -198,6 +211,31 @@ impl Worker {
             None => last.remove(key),
         };
         Ok(lines)
+    }
+
+    /// Whether the pod of a DELETED event still exists: then it left the
+    /// selector rather than being deleted. One LIST of that name, made before
+    /// the onDelete is logged (without an answer it is a plain one).
+    ///
+    /// It asks for a list *not older than the DELETED event's
+    /// resourceVersion*. The API server's watch cache can answer that (it
+    /// waits, briefly, until it has caught up to that version), so a mass
+    /// relabel costs the server cache reads, not one etcd read per pod; and
+    /// the answer is never older than the event, so a pod deleted since is
+    /// never reported as still there.
+    async fn left_selector(&self, pod: &Pod) -> Result<bool, kube::Error> {
+        let Some(api) = self.selector.clone() else { return Ok(false) };
+        let namespace = pod.namespace().unwrap_or_default();
+        let api = Api::<Pod>::namespaced(api.into_client(), &namespace);
+        // A LIST narrowed to the one name, not a GET: the same answer, and it
+        // needs only the `list` verb the informer already has, so the
+        // manifest's RBAC stays list + watch.
+        let mut by_name = ListParams::default().fields(&format!("metadata.name={}", pod.name_any()));
+        if let Some(rv) = pod.resource_version() {
+            by_name = by_name.at(&rv).matching(VersionMatch::NotOlderThan);
+        }
+        let now = api.list_metadata(&by_name).await?;
+        Ok(now.items.iter().any(|now| now.uid() == pod.uid()))
     }
 
     fn lock_last(&self) -> std::sync::MutexGuard<'_, HashMap<Key, PodState>> {
@@ -302,7 +340,6 @@ fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>) {
 mod tests {
     use super::*;
     use crate::informer::tests::pod;
-    use crate::pod::Pod;
     use kube::runtime::watcher::Event;
 
     fn state(uid: &str, rv: &str) -> PodState {
@@ -394,7 +431,7 @@ mod tests {
     #[tokio::test]
     async fn worker_add_update_resync_delete() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), false, Faults::default());
+        let worker = Worker::new(cache.clone(), false, Faults::default(), None);
         synced(&cache, vec![pod("ns", "p", "u1", "1")]);
         assert_eq!(kinds(&worker.sync(&key("p")).await.unwrap()), vec![("onAdd", "u1".into())]);
         let mut labelled = pod("ns", "p", "u1", "2");
@@ -413,7 +450,7 @@ mod tests {
     #[tokio::test]
     async fn worker_logs_a_pod_created_and_deleted_before_its_sync() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), false, Faults::default());
+        let worker = Worker::new(cache.clone(), false, Faults::default(), None);
         synced(&cache, vec![]);
         cache.apply(Event::Apply(pod("ns", "short", "u9", "5")));
         cache.apply(Event::Delete(pod("ns", "short", "u9", "6")));
@@ -426,7 +463,7 @@ mod tests {
     #[tokio::test]
     async fn worker_logs_deletes_found_by_a_relist_once() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), false, Faults::default());
+        let worker = Worker::new(cache.clone(), false, Faults::default(), None);
         synced(&cache, vec![pod("ns", "a", "u1", "1"), pod("ns", "b", "u2", "1")]);
         worker.sync(&key("a")).await.unwrap();
         worker.sync(&key("b")).await.unwrap();
@@ -443,7 +480,7 @@ mod tests {
     #[tokio::test]
     async fn skip_existing_still_remembers_initial_pods() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), true, Faults::default());
+        let worker = Worker::new(cache.clone(), true, Faults::default(), None);
         synced(&cache, vec![pod("ns", "p", "u1", "1")]);
         // The change is computed (and remembered) even though it is not logged...
         assert_eq!(kinds(&worker.sync(&key("p")).await.unwrap()), vec![("onAdd", "u1".into())]);
@@ -455,7 +492,7 @@ mod tests {
     async fn a_failed_sync_retried_still_logs_the_delete() {
         let cache = Cache::new();
         let faults = Faults::parse("fail=ns/p").unwrap();
-        let failing = Worker::new(cache.clone(), false, faults);
+        let failing = Worker::new(cache.clone(), false, faults, None);
         synced(&cache, vec![]);
         cache.apply(Event::Apply(pod("ns", "p", "u1", "2")));
         cache.apply(Event::Delete(pod("ns", "p", "u1", "3")));
@@ -463,7 +500,7 @@ mod tests {
         assert!(failing.sync(&key("p")).await.is_err());
         // Nothing was taken by the failures: the cache still holds the tombstone.
         assert_eq!(cache.held().0, 1);
-        let healthy = Worker::new(cache.clone(), false, Faults::default());
+        let healthy = Worker::new(cache.clone(), false, Faults::default(), None);
         assert_eq!(
             kinds(&healthy.sync(&key("p")).await.unwrap()),
             vec![("onAdd", "u1".into()), ("onDelete", "u1".into())]
@@ -474,7 +511,7 @@ mod tests {
     #[tokio::test]
     async fn an_initial_pod_deleted_or_replaced_before_its_sync_stays_initial() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), true, Faults::default());
+        let worker = Worker::new(cache.clone(), true, Faults::default(), None);
         synced(&cache, vec![pod("ns", "gone", "u1", "1"), pod("ns", "swapped", "u2", "1")]);
         cache.apply(Event::Delete(pod("ns", "gone", "u1", "2")));
         cache.apply(Event::Delete(pod("ns", "swapped", "u2", "2")));
