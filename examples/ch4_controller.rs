@@ -353,8 +353,8 @@ async fn on_signal(shutdown: CancellationToken) {
 //   `Controller::run`. Signals heard on a thread of their own, so a second
 //   one exits even while stdout is blocked: src/signals.rs.
 // - A sync that fails half-way losing what it read: src/worker.rs
-//   `Worker::sync` reads, acts, and only then commits (src/informer.rs
-//   `Cache::commit`), so a retried sync still logs the onDelete.
+//   `Worker::sync` cannot fail after it takes what it reads (src/informer.rs
+//   `Cache::take` says what a sync that can fail must do instead).
 // - A network path that accepts and never answers: src/client.rs
 //   `READ_TIMEOUT` and src/informer.rs `WATCH_TIMEOUT_SECS` abandon a silent
 //   request and retry it. Here a LIST, or the request that opens a watch,

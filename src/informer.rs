@@ -37,7 +37,7 @@ pub const WATCH_TIMEOUT_SECS: u32 = 50;
 
 /// The cache: kube's reflector `Store` plus the two things a store forgets.
 pub struct Cache {
-    /// Read handle of the store. Workers read it through [`Cache::read`] only.
+    /// Read handle of the store. Workers read it through [`Cache::take`] only.
     store: Store<Pod>,
     inner: Mutex<Inner>,
 }
@@ -51,11 +51,11 @@ struct Inner {
     /// Delete event, or found missing after a relist (client-go hands the
     /// latter to OnDelete as `DeletedFinalStateUnknown`). They let the worker
     /// log a pod that was created and deleted before it got to the key.
-    /// Removed only by [`Cache::commit`], once the worker's sync succeeded.
+    /// Taken by the worker's sync of the key ([`Cache::take`]).
     tombstones: HashMap<Key, Vec<Tombstone>>,
     /// UIDs of the pods in the first full list, so their onAdd can say so
-    /// (and `--skip-existing` can leave them out). Each is removed when the
-    /// sync that logged that pod (alive, or from its tombstone) commits.
+    /// (and `--skip-existing` can leave them out). Each is taken by the sync
+    /// that logs that pod (alive, or from its tombstone).
     initial: HashSet<String>,
     /// How many pods the first list held, for the `cache synced` line. The
     /// store's own count may be higher by the time that line is written: the
@@ -76,9 +76,8 @@ pub struct Tombstone {
     pub from_event: bool,
 }
 
-/// What a worker sees for one key, taken in one consistent moment. Reading it
-/// changes nothing: the sync hands it back to [`Cache::commit`] once it
-/// succeeded, so a failed sync is retried with nothing lost.
+/// What a worker sees for one key, taken in one consistent moment (see
+/// [`Cache::take`]).
 pub struct Snapshot {
     pub current: Option<Arc<Pod>>,
     pub tombstones: Vec<Tombstone>,
@@ -199,34 +198,26 @@ impl Cache {
         pod
     }
 
-    /// Everything the worker needs for `key`. Takes nothing: see [`commit`].
+    /// Everything the worker needs for `key`, taken in one step under the
+    /// lock the informer writes under: the pod the store holds now, and the
+    /// key's tombstones and initial-list marks, which leave the cache with it.
+    /// A tombstone that arrives later waits for the next sync (its event
+    /// queued the key again).
     ///
-    /// [`commit`]: Cache::commit
-    pub fn read(&self, key: &Key) -> Snapshot {
-        let inner = self.lock();
-        let current = self.store.get(&ObjectRef::new(&key.name).within(&key.namespace));
-        let tombstones = inner.tombstones.get(key).cloned().unwrap_or_default();
-        // A pod of the first list stays marked until the sync that logs it
-        // commits, whether it is still here or already a tombstone.
-        let uids = current.iter().chain(tombstones.iter().map(|t| &t.pod)).filter_map(|p| p.uid());
-        let initial = uids.filter(|uid| inner.initial.contains(uid)).collect();
-        Snapshot { current, tombstones, initial }
-    }
-
-    /// The sync of `snapshot` succeeded: forget the tombstones and initial
-    /// marks it logged. Tombstones that arrived after the read stay (their
-    /// event queued the key again).
-    pub fn commit(&self, key: &Key, snapshot: &Snapshot) {
+    /// Taking at the read is safe because nothing after it can fail: the sync
+    /// decides and writes lines. A controller whose sync calls the outside
+    /// world, and can fail there, must read, act, and only then take what it
+    /// read, or a failed try would lose a delete for good. (The test seam's
+    /// failures come before the sync runs, so they take nothing: faults.rs.)
+    pub fn take(&self, key: &Key) -> Snapshot {
         let mut inner = self.lock();
-        if let Some(stones) = inner.tombstones.get_mut(key) {
-            stones.drain(..snapshot.tombstones.len().min(stones.len()));
-            if stones.is_empty() {
-                inner.tombstones.remove(key);
-            }
-        }
-        for uid in &snapshot.initial {
-            inner.initial.remove(uid);
-        }
+        let current = self.store.get(&ObjectRef::new(&key.name).within(&key.namespace));
+        let tombstones = inner.tombstones.remove(key).unwrap_or_default();
+        // A pod of the first list stays marked until the sync that logs it,
+        // whether it is still here or already a tombstone.
+        let uids = current.iter().chain(tombstones.iter().map(|t| &t.pod)).filter_map(|p| p.uid());
+        let initial = uids.filter(|uid| inner.initial.remove(uid)).collect();
+        Snapshot { current, tombstones, initial }
     }
 
     /// A key given up on (its sync failed too often): forget what was held
@@ -662,13 +653,12 @@ pub(crate) mod tests {
         assert!(cache.apply(Event::Init).is_empty());
         assert!(cache.apply(Event::InitApply(pod("a", "p", "u1", "1"))).is_empty());
         // Before InitDone the store does not hold the list yet.
-        assert!(cache.read(&key("a", "p")).current.is_none());
+        assert!(cache.take(&key("a", "p")).current.is_none());
         assert_eq!(cache.apply(Event::InitDone), vec![key("a", "p")]);
-        let snap = cache.read(&key("a", "p"));
+        let snap = cache.take(&key("a", "p"));
         assert!(snap.current.is_some());
         assert_eq!(snap.initial, HashSet::from(["u1".to_string()]), "pods of the first list are marked initial");
-        cache.commit(&key("a", "p"), &snap);
-        assert!(cache.read(&key("a", "p")).initial.is_empty(), "the mark is taken once logged");
+        assert!(cache.take(&key("a", "p")).initial.is_empty(), "the mark is taken with the pod");
     }
 
     #[test]
@@ -704,14 +694,14 @@ pub(crate) mod tests {
         keys.sort();
         keys.dedup();
         assert_eq!(keys, vec![key("a", "gone"), key("a", "kept"), key("a", "recreated")]);
-        let gone = cache.read(&key("a", "gone"));
+        let gone = cache.take(&key("a", "gone"));
         assert!(gone.current.is_none());
         assert_eq!(gone.tombstones.len(), 1);
         assert_eq!(gone.tombstones[0].pod.uid().as_deref(), Some("u1"));
-        let recreated = cache.read(&key("a", "recreated"));
+        let recreated = cache.take(&key("a", "recreated"));
         assert_eq!(recreated.current.and_then(|p| p.uid()).as_deref(), Some("u4"));
         assert_eq!(recreated.tombstones[0].pod.uid().as_deref(), Some("u3"));
-        assert!(cache.read(&key("a", "kept")).tombstones.is_empty());
+        assert!(cache.take(&key("a", "kept")).tombstones.is_empty());
         assert!(!recreated.initial.contains("u4"), "a pod from a later relist is not from the initial list");
     }
 
@@ -722,12 +712,10 @@ pub(crate) mod tests {
         cache.apply(Event::InitDone);
         assert_eq!(cache.apply(Event::Apply(pod("a", "p", "u1", "2"))), vec![key("a", "p")]);
         assert_eq!(cache.apply(Event::Delete(pod("a", "p", "u1", "3"))), vec![key("a", "p")]);
-        let snap = cache.read(&key("a", "p"));
+        let snap = cache.take(&key("a", "p"));
         assert!(snap.current.is_none());
         assert_eq!(snap.tombstones[0].pod.resource_version().as_deref(), Some("3"));
-        assert_eq!(cache.read(&key("a", "p")).tombstones.len(), 1, "reading takes nothing");
-        cache.commit(&key("a", "p"), &snap);
-        assert!(cache.read(&key("a", "p")).tombstones.is_empty(), "a commit takes the tombstones read");
+        assert!(cache.take(&key("a", "p")).tombstones.is_empty(), "a tombstone is taken once");
     }
 
     #[test]
@@ -767,17 +755,15 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn an_initial_pod_deleted_before_its_sync_keeps_its_mark_until_commit() {
+    fn an_initial_pod_deleted_before_its_sync_keeps_its_mark_until_taken() {
         let cache = Cache::new();
         cache.apply(Event::Init);
         cache.apply(Event::InitApply(pod("a", "p", "u1", "1")));
         cache.apply(Event::InitDone);
         cache.apply(Event::Delete(pod("a", "p", "u1", "2")));
         cache.apply(Event::Apply(pod("a", "p", "u2", "3"))); // replaced under the same name
-        let snap = cache.read(&key("a", "p"));
+        let snap = cache.take(&key("a", "p"));
         assert_eq!(snap.initial, HashSet::from(["u1".to_string()]));
-        assert_eq!(cache.read(&key("a", "p")).initial.len(), 1, "reading takes nothing");
-        cache.commit(&key("a", "p"), &snap);
         assert_eq!(cache.held(), (0, 0), "nothing of it stays in memory");
     }
 
@@ -794,16 +780,16 @@ pub(crate) mod tests {
         cache.apply(Event::InitApply(pod("a", "p", "u1", "5")));
         cache.apply(Event::InitApply(pod("a", "q", "u2", "3")));
         cache.apply(Event::InitDone);
-        let p = cache.read(&key("a", "p")).current.unwrap();
+        let p = cache.take(&key("a", "p")).current.unwrap();
         assert_eq!(p.resource_version().as_deref(), Some("9"), "the newer state we had is kept");
-        assert!(cache.read(&key("a", "p")).tombstones.is_empty());
+        assert!(cache.take(&key("a", "p")).tombstones.is_empty());
         // A newer listed state, or another pod under the name, is taken.
         cache.apply(Event::Init);
         cache.apply(Event::InitApply(pod("a", "p", "u1", "12")));
         cache.apply(Event::InitApply(pod("a", "q", "u3", "2")));
         cache.apply(Event::InitDone);
-        assert_eq!(cache.read(&key("a", "p")).current.unwrap().resource_version().as_deref(), Some("12"));
-        assert_eq!(cache.read(&key("a", "q")).current.unwrap().uid().as_deref(), Some("u3"));
+        assert_eq!(cache.take(&key("a", "p")).current.unwrap().resource_version().as_deref(), Some("12"));
+        assert_eq!(cache.take(&key("a", "q")).current.unwrap().uid().as_deref(), Some("u3"));
         // resourceVersions that are not numbers are never compared.
         assert!(!newer(&pod("a", "p", "u1", "b"), &pod("a", "p", "u1", "a")));
         assert!(newer(&pod("a", "p", "u1", "10"), &pod("a", "p", "u1", "9")), "numbers, not strings");
@@ -909,11 +895,11 @@ pub(crate) mod tests {
         let mut unreadable = pod("a", "p", "u1", "2");
         unreadable.unreadable_status = Some(Text::new("bad protobuf in the PodStatus at byte 0"));
         cache.apply(Event::Apply(unreadable.clone()));
-        let kept = cache.read(&key("a", "p")).current.unwrap();
+        let kept = cache.take(&key("a", "p")).current.unwrap();
         assert_eq!(kept.resource_version().as_deref(), Some("2"), "the rest of the update is taken");
         assert_eq!(kept.status, running.status, "the status it had is kept");
         assert_eq!(kept.unreadable_status, None);
-        assert_eq!(cache.held(), (0, 1));
+        assert_eq!(cache.held(), (0, 0), "no tombstone, and the initial mark went with the take");
         assert!(cache.lock().unreadable.contains(&key("a", "p")), "said once, until it reads again");
         cache.apply(Event::Apply(pod("a", "p", "u1", "3")));
         assert!(cache.lock().unreadable.is_empty());
@@ -930,16 +916,15 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn commit_keeps_tombstones_that_arrived_after_the_read() {
+    fn a_tombstone_that_arrives_after_a_take_waits_for_the_next() {
         let cache = Cache::new();
         cache.apply(Event::Init);
         cache.apply(Event::InitDone);
         cache.apply(Event::Delete(pod("a", "p", "u1", "2")));
-        let snap = cache.read(&key("a", "p"));
+        assert_eq!(cache.take(&key("a", "p")).tombstones.len(), 1);
         cache.apply(Event::Delete(pod("a", "p", "u2", "5")));
-        cache.commit(&key("a", "p"), &snap);
-        let left = cache.read(&key("a", "p"));
-        assert_eq!(left.tombstones.len(), 1);
-        assert_eq!(left.tombstones[0].pod.uid().as_deref(), Some("u2"));
+        let next = cache.take(&key("a", "p"));
+        assert_eq!(next.tombstones.len(), 1);
+        assert_eq!(next.tombstones[0].pod.uid().as_deref(), Some("u2"));
     }
 }

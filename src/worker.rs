@@ -13,7 +13,6 @@ use kube::api::{ListParams, VersionMatch};
 use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
-use crate::faults::Faults;
 use crate::informer::Cache;
 use crate::key::Key;
 use crate::pod::{Pod, PodState};
@@ -80,15 +79,6 @@ pub struct Line {
     pub shown: bool,
 }
 
-/// Why a sync failed. It lives here, beside the sync that returns it; the
-/// controller only decides what to do about it (retry with backoff or drop).
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    /// The test seam made it fail (see faults.rs).
-    #[error(transparent)]
-    Injected(#[from] crate::faults::Injected),
-}
-
 /// The syncHandler's state: the cache to read and what was last synced.
 pub struct Worker {
     cache: Arc<Cache>,
@@ -111,37 +101,31 @@ pub struct Worker {
     /// "now matches the selector" rather than looking like a new pod.
     left: Mutex<LeftSelector>,
     skip_existing: bool,
-    /// The test seam: the step of a sync that can fail (inert in normal runs).
-    faults: Faults,
 }
 
 impl Worker {
-    pub fn new(cache: Arc<Cache>, skip_existing: bool, faults: Faults, selector: Option<Api<Pod>>) -> Worker {
+    pub fn new(cache: Arc<Cache>, skip_existing: bool, selector: Option<Api<Pod>>) -> Worker {
         Worker {
             cache,
             last: Mutex::new(HashMap::new()),
             selector,
             left: Mutex::new(LeftSelector::default()),
             skip_existing,
-            faults,
         }
     }
 
     /// client-go's syncHandler: bring the log up to date for `key`. Returns
     /// every change it found, and how each was logged (tests read it).
     ///
-    /// Its shape is the one to copy: **read, act, commit**. It reads the cache
-    /// and what it last saw without taking anything; it acts (the step that
-    /// can fail: here the test seam, in a real controller a call to another
-    /// system); and only once that succeeded does it commit: take the key's
-    /// tombstones and initial-list marks and remember what it saw. A failed
-    /// sync so leaves everything where it was, and the retry sees it all again
-    /// (a delete taken before a failure would be lost for good).
-    pub async fn sync(&self, key: &Key) -> Result<Vec<Line>, SyncError> {
-        // (The test seam's slow or stalled worker: time passes before the read.)
-        self.faults.delay(key).await;
-        // 1. Read.
-        let snapshot = self.cache.read(key);
+    /// It reads as a straight line: take what the cache holds for the key
+    /// ([`Cache::take`]), compare it with what was last synced ([`decide`]),
+    /// and write a line for each change. Nothing in it can fail: reading the
+    /// cache and writing a line do not, and a question to the server that
+    /// goes unanswered only makes a plain onDelete (see below). So it takes
+    /// what it reads at once; [`Cache::take`] says when a sync must not.
+    pub async fn sync(&self, key: &Key) -> Vec<Line> {
+        // 1. Take what the cache holds for the key, and what we last synced.
+        let snapshot = self.cache.take(key);
         let last = self.lock_last().get(key).cloned();
         // The common case of a resync: the same pod at the same resourceVersion
         // and nothing deleted meanwhile. Say so before allocating anything.
@@ -151,15 +135,12 @@ impl Worker {
             && pod.metadata.resource_version.as_deref() == Some(seen.resource_version.as_str())
         {
             debug!(%key, "no change (resync or a merged add+delete already logged)");
-            return Ok(Vec::new());
+            return Vec::new();
         }
+        // 2. Decide.
         let current = snapshot.current.as_ref().map(PodState::of);
         let tombstones: Vec<PodState> = snapshot.tombstones.iter().map(|t| PodState::of(&t.pod)).collect();
         let changes = decide(last.as_ref(), &tombstones, current.as_ref());
-
-        // 2. Act. Nothing is logged before the step that can fail succeeds,
-        //    so a retry never repeats a line.
-        self.faults.act(key)?;
         // With a selector, a DELETED event may mean the pod was relabelled
         // out of it: ask the server, for the deletes we are about to log.
         let mut left = Vec::new();
@@ -185,6 +166,7 @@ impl Worker {
         if changes.is_empty() {
             debug!(%key, "no change (resync or a merged add+delete already logged)");
         }
+        // 3. Log each change, then remember what was synced.
         let mut lines = Vec::with_capacity(changes.len());
         for change in changes {
             let reason = match &change {
@@ -192,7 +174,7 @@ impl Worker {
                     self.lock_left().insert(key, &p.uid);
                     Some(LEFT_SELECTOR)
                 }
-                Change::Add(p) if self.lock_left().take(key, &p.uid) => Some(BACK_IN_SELECTOR),
+                Change::Add(p) if self.lock_left().returned(key, &p.uid) => Some(BACK_IN_SELECTOR),
                 _ => None,
             };
             let initial = matches!(&change, Change::Add(p) if snapshot.initial.contains(&p.uid));
@@ -202,15 +184,12 @@ impl Worker {
             }
             lines.push(Line { change, initial, reason, shown });
         }
-
-        // 3. Commit.
-        self.cache.commit(key, &snapshot);
         let mut last = self.lock_last();
         match current {
             Some(now) => last.insert(key.clone(), now),
             None => last.remove(key),
         };
-        Ok(lines)
+        lines
     }
 
     /// Whether the pod of a DELETED event still exists: then it left the
@@ -275,7 +254,7 @@ impl LeftSelector {
     }
 
     /// Whether the pod `uid` under `key` had left the selector (and forget it).
-    fn take(&mut self, key: &Key, uid: &str) -> bool {
+    fn returned(&mut self, key: &Key, uid: &str) -> bool {
         if self.uids.get(key).is_some_and(|u| u == uid) {
             self.uids.remove(key);
             self.order.retain(|k| k != key);
@@ -431,95 +410,69 @@ mod tests {
     #[tokio::test]
     async fn worker_add_update_resync_delete() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), false, Faults::default(), None);
+        let worker = Worker::new(cache.clone(), false, None);
         synced(&cache, vec![pod("ns", "p", "u1", "1")]);
-        assert_eq!(kinds(&worker.sync(&key("p")).await.unwrap()), vec![("onAdd", "u1".into())]);
+        assert_eq!(kinds(&worker.sync(&key("p")).await), vec![("onAdd", "u1".into())]);
         let mut labelled = pod("ns", "p", "u1", "2");
         labelled.metadata.labels = Some([("tier".to_string(), "web".to_string())].into());
         cache.apply(Event::Apply(labelled));
-        let changes = worker.sync(&key("p")).await.unwrap();
+        let changes = worker.sync(&key("p")).await;
         assert_eq!(kinds(&changes), vec![("onUpdate", "u1".into())]);
         assert!(matches!(&changes[0].change, Change::Update { old, new } if old.diff(new).text() == "label +tier=web"));
         // A resync re-enqueues the key with nothing new: no line.
-        assert!(worker.sync(&key("p")).await.unwrap().is_empty());
+        assert!(worker.sync(&key("p")).await.is_empty());
         cache.apply(Event::Delete(pod("ns", "p", "u1", "3")));
-        assert_eq!(kinds(&worker.sync(&key("p")).await.unwrap()), vec![("onDelete", "u1".into())]);
-        assert!(worker.sync(&key("p")).await.unwrap().is_empty(), "a delete is logged once");
+        assert_eq!(kinds(&worker.sync(&key("p")).await), vec![("onDelete", "u1".into())]);
+        assert!(worker.sync(&key("p")).await.is_empty(), "a delete is logged once");
     }
 
     #[tokio::test]
     async fn worker_logs_a_pod_created_and_deleted_before_its_sync() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), false, Faults::default(), None);
+        let worker = Worker::new(cache.clone(), false, None);
         synced(&cache, vec![]);
         cache.apply(Event::Apply(pod("ns", "short", "u9", "5")));
         cache.apply(Event::Delete(pod("ns", "short", "u9", "6")));
-        assert_eq!(
-            kinds(&worker.sync(&key("short")).await.unwrap()),
-            vec![("onAdd", "u9".into()), ("onDelete", "u9".into())]
-        );
+        assert_eq!(kinds(&worker.sync(&key("short")).await), vec![("onAdd", "u9".into()), ("onDelete", "u9".into())]);
     }
 
     #[tokio::test]
     async fn worker_logs_deletes_found_by_a_relist_once() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), false, Faults::default(), None);
+        let worker = Worker::new(cache.clone(), false, None);
         synced(&cache, vec![pod("ns", "a", "u1", "1"), pod("ns", "b", "u2", "1")]);
-        worker.sync(&key("a")).await.unwrap();
-        worker.sync(&key("b")).await.unwrap();
+        worker.sync(&key("a")).await;
+        worker.sync(&key("b")).await;
         // Relist: `a` vanished, `b` was replaced under the same name.
         synced(&cache, vec![pod("ns", "b", "u3", "9")]);
-        assert_eq!(kinds(&worker.sync(&key("a")).await.unwrap()), vec![("onDelete", "u1".into())]);
-        assert_eq!(
-            kinds(&worker.sync(&key("b")).await.unwrap()),
-            vec![("onDelete", "u2".into()), ("onAdd", "u3".into())]
-        );
-        assert!(worker.sync(&key("a")).await.unwrap().is_empty() && worker.sync(&key("b")).await.unwrap().is_empty());
+        assert_eq!(kinds(&worker.sync(&key("a")).await), vec![("onDelete", "u1".into())]);
+        assert_eq!(kinds(&worker.sync(&key("b")).await), vec![("onDelete", "u2".into()), ("onAdd", "u3".into())]);
+        assert!(worker.sync(&key("a")).await.is_empty() && worker.sync(&key("b")).await.is_empty());
     }
 
     #[tokio::test]
     async fn skip_existing_still_remembers_initial_pods() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), true, Faults::default(), None);
+        let worker = Worker::new(cache.clone(), true, None);
         synced(&cache, vec![pod("ns", "p", "u1", "1")]);
         // The change is computed (and remembered) even though it is not logged...
-        assert_eq!(kinds(&worker.sync(&key("p")).await.unwrap()), vec![("onAdd", "u1".into())]);
+        assert_eq!(kinds(&worker.sync(&key("p")).await), vec![("onAdd", "u1".into())]);
         // ... so a later update is an update, not an add.
         cache.apply(Event::Apply(pod("ns", "p", "u1", "2")));
-        assert_eq!(kinds(&worker.sync(&key("p")).await.unwrap()), vec![("onUpdate", "u1".into())]);
+        assert_eq!(kinds(&worker.sync(&key("p")).await), vec![("onUpdate", "u1".into())]);
     }
-    #[tokio::test]
-    async fn a_failed_sync_retried_still_logs_the_delete() {
-        let cache = Cache::new();
-        let faults = Faults::parse("fail=ns/p").unwrap();
-        let failing = Worker::new(cache.clone(), false, faults, None);
-        synced(&cache, vec![]);
-        cache.apply(Event::Apply(pod("ns", "p", "u1", "2")));
-        cache.apply(Event::Delete(pod("ns", "p", "u1", "3")));
-        assert!(failing.sync(&key("p")).await.is_err());
-        assert!(failing.sync(&key("p")).await.is_err());
-        // Nothing was taken by the failures: the cache still holds the tombstone.
-        assert_eq!(cache.held().0, 1);
-        let healthy = Worker::new(cache.clone(), false, Faults::default(), None);
-        assert_eq!(
-            kinds(&healthy.sync(&key("p")).await.unwrap()),
-            vec![("onAdd", "u1".into()), ("onDelete", "u1".into())]
-        );
-        assert_eq!(cache.held(), (0, 0));
-    }
-
     #[tokio::test]
     async fn an_initial_pod_deleted_or_replaced_before_its_sync_stays_initial() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), true, Faults::default(), None);
+        let worker = Worker::new(cache.clone(), true, None);
         synced(&cache, vec![pod("ns", "gone", "u1", "1"), pod("ns", "swapped", "u2", "1")]);
         cache.apply(Event::Delete(pod("ns", "gone", "u1", "2")));
         cache.apply(Event::Delete(pod("ns", "swapped", "u2", "2")));
         cache.apply(Event::Apply(pod("ns", "swapped", "u3", "3")));
-        let gone = worker.sync(&key("gone")).await.unwrap();
+        let gone = worker.sync(&key("gone")).await;
         assert_eq!(kinds(&gone), vec![("onAdd", "u1".into()), ("onDelete", "u1".into())]);
         assert!(gone[0].initial && !gone[0].shown, "--skip-existing leaves out the initial onAdd");
-        let swapped = worker.sync(&key("swapped")).await.unwrap();
+        let swapped = worker.sync(&key("swapped")).await;
         assert_eq!(kinds(&swapped), vec![("onAdd", "u2".into()), ("onDelete", "u2".into()), ("onAdd", "u3".into())]);
         let flags: Vec<(bool, bool)> = swapped.iter().map(|l| (l.initial, l.shown)).collect();
         assert_eq!(flags, vec![(true, false), (false, true), (false, true)]);
@@ -530,13 +483,13 @@ mod tests {
     fn a_pod_that_left_the_selector_is_remembered_until_it_returns() {
         let mut left = LeftSelector::default();
         left.insert(&key("p"), "u1");
-        assert!(!left.take(&key("p"), "u2"), "another pod under the same name did not return");
-        assert!(left.take(&key("p"), "u1"));
-        assert!(!left.take(&key("p"), "u1"), "taken once");
+        assert!(!left.returned(&key("p"), "u2"), "another pod under the same name did not return");
+        assert!(left.returned(&key("p"), "u1"));
+        assert!(!left.returned(&key("p"), "u1"), "said once");
         for i in 0..LeftSelector::CAP + 5 {
             left.insert(&key(&format!("p{i}")), "u");
         }
         assert_eq!((left.uids.len(), left.order.len()), (LeftSelector::CAP, LeftSelector::CAP));
-        assert!(!left.take(&key("p0"), "u"), "the oldest is forgotten past the cap");
+        assert!(!left.returned(&key("p0"), "u"), "the oldest is forgotten past the cap");
     }
 }
