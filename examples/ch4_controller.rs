@@ -353,8 +353,8 @@ async fn on_signal(shutdown: CancellationToken) {
 //   `Controller::run`. Signals heard on a thread of their own, so a second
 //   one exits even while stdout is blocked: src/signals.rs.
 // - A sync that fails half-way losing what it read: src/worker.rs
-//   `Worker::sync` reads, acts, and only then commits (src/informer.rs
-//   `Cache::commit`), so a retried sync still logs the onDelete.
+//   `Worker::sync` cannot fail after it takes what it reads (src/informer.rs
+//   `Cache::take` says what a sync that can fail must do instead).
 // - A network path that accepts and never answers: src/client.rs
 //   `READ_TIMEOUT` and src/informer.rs `WATCH_TIMEOUT_SECS` abandon a silent
 //   request and retry it. Here a LIST, or the request that opens a watch,
@@ -362,8 +362,8 @@ async fn on_signal(shutdown: CancellationToken) {
 //   open watch is dropped only after kube's idle timeout: the watch timeout
 //   (290 s by default) plus 5 s.
 // - A pod relabelled out of a --selector, which the server reports as
-//   DELETED: src/informer.rs `Cache::left_selector`, src/worker.rs
-//   `Worker::sync` log it with reason="no longer matches the selector".
+//   DELETED: src/worker.rs `Worker::sync` asks the server why
+//   (`Worker::left_selector`) and logs reason="no longer matches the selector".
 // - Streaming lists with a fallback to a paged LIST where the server refuses
 //   them: src/informer.rs `run`.
 // - Readiness and liveness probes and metrics: src/probes.rs, src/metrics.rs.

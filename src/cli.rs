@@ -1,6 +1,7 @@
 //! Command-line flags. Every flag is checked here, before anything connects,
 //! so a typo costs one clear line instead of a confusing failure later.
 
+use crate::probes::Serve;
 use crate::protobuf::watch::Wire;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -100,19 +101,6 @@ pub struct Args {
     /// The namespace of the Lease [default: the pod's own namespace in a pod, else default]
     #[arg(long, value_name = "NS", value_parser = parse_namespace, help_heading = "Leader election")]
     pub leader_elect_resource_namespace: Option<String>,
-}
-
-/// Where a small HTTP server of ours listens, and what a busy port means.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Serve {
-    /// `None`: turned off.
-    pub addr: Option<std::net::SocketAddr>,
-    /// Whether a port already in use stops the program. In a pod, or when the
-    /// address was asked for with a flag, it does: the kubelet's probes or
-    /// the scrape would fail for good. On a laptop, where a learner runs
-    /// `cargo run` and something else may hold the default port, it is a
-    /// warning and the logger runs without that server.
-    pub busy_is_fatal: bool,
 }
 
 /// Whether we run in a pod: the kubelet sets this variable in every

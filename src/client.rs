@@ -47,7 +47,7 @@ pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// One line for a watch error, with the server's own reason and a hint where
 /// we know the fix. Every text in it that came from the server or a proxy (a
 /// Status's message and reason, an error page, an error's chain) is cleaned
-/// and cut first (describe.rs): an HTML page or an escape sequence in an error
+/// and cut first (text.rs): an HTML page or an escape sequence in an error
 /// body never reaches a WARN line as it is.
 pub fn describe(error: &watcher::Error) -> String {
     let (doing, error) = match error {
@@ -78,19 +78,19 @@ pub fn describe(error: &watcher::Error) -> String {
             READ_TIMEOUT.as_secs()
         ),
         other => {
-            format!("{doing} failed: {}", crate::describe::cleaned(&chain(other), 2 * crate::describe::MESSAGE_CHARS))
+            format!("{doing} failed: {}", crate::text::cleaned(&chain(other), 2 * crate::text::MESSAGE_CHARS))
         }
     }
 }
 
 /// A message from the server or a proxy, fit for one line.
 fn message(text: &str) -> std::borrow::Cow<'_, str> {
-    crate::describe::cleaned(text.trim(), crate::describe::MESSAGE_CHARS)
+    crate::text::cleaned(text.trim(), crate::text::MESSAGE_CHARS)
 }
 
 /// A reason (`NotFound`, `Forbidden`), fit for one line.
 fn word(text: &str) -> std::borrow::Cow<'_, str> {
-    crate::describe::cleaned(text, crate::describe::WORD_CHARS)
+    crate::text::cleaned(text, crate::text::WORD_CHARS)
 }
 
 /// Whether an error is our connect or read timeout firing (somewhere in its

@@ -17,7 +17,7 @@ use crate::faults::Faults;
 use crate::informer::{self, Cache};
 use crate::key::Key;
 use crate::queue::Queue;
-use crate::worker::{SyncError, Worker};
+use crate::worker::Worker;
 use crate::{metrics, probes};
 
 /// A key that fails this many syncs in a row is dropped (`maxRetries` in
@@ -52,11 +52,15 @@ pub struct Settings {
     /// The media type protobuf is asked for under (None: the real one; the
     /// fault seam's `protobuf-accept` sets another).
     pub protobuf_accept: Option<String>,
-    /// The test seam (see faults.rs); empty in normal runs.
+    /// The test seam (see faults.rs); empty in normal runs, and then no
+    /// layer is put around the syncs.
     pub faults: Faults,
 }
 
 pub struct Controller {
+    /// The test seam's layer around every sync, when DEMO_CONTROLLER_FAULTS
+    /// asks for one (faults.rs); `None` in normal runs.
+    faults: Option<Faults>,
     /// Keys whose sync failed during the drain: no retry comes after a
     /// shutdown, so each is a key left unsynced (see [`Stopped`]).
     failed_in_drain: std::sync::atomic::AtomicUsize,
@@ -81,11 +85,12 @@ impl Controller {
         gate: Arc<crate::leader::Gate>,
     ) -> Arc<Controller> {
         let cache = Cache::new();
-        let faults = std::mem::take(&mut settings.faults);
-        let mut worker = Worker::new(cache.clone(), settings.skip_existing, faults);
+        let faults = Some(std::mem::take(&mut settings.faults)).filter(Faults::wraps_syncs);
+        let selector = watch.label_selector.is_some().then(|| api.clone());
+        let mut worker = Worker::new(cache.clone(), settings.skip_existing, selector);
         worker.gate = gate;
         let failed_in_drain = Default::default();
-        Arc::new(Controller { failed_in_drain, api, watch, cache, queue: Queue::new("pods"), worker, settings })
+        Arc::new(Controller { faults, failed_in_drain, api, watch, cache, queue: Queue::new("pods"), worker, settings })
     }
 
     /// The work queue, for the probes and the metrics.
@@ -257,10 +262,29 @@ impl Controller {
     }
     // ANCHOR_END: process
 
-    /// syncHandler: the worker's read -> act -> commit for one key (see worker.rs).
+    /// syncHandler: the worker's sync of one key (worker.rs). When the test
+    /// seam is on, its layer wraps the call from outside (faults.rs).
     async fn sync_handler(&self, key: &Key) -> Result<(), SyncError> {
-        self.worker.sync(key).await.map(drop)
+        let sync = async {
+            self.worker.sync(key).await;
+            Ok(())
+        };
+        match &self.faults {
+            Some(faults) => faults.around(key, sync).await,
+            None => sync.await,
+        }
     }
+}
+
+/// Why a sync failed; the controller decides what to do about it (retry with
+/// backoff, or drop). The worker's own sync cannot fail, so here only the
+/// test seam makes one, standing in for what fails in a real controller's
+/// sync: a call to the API or another system.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// The test seam made it fail (see faults.rs).
+    #[error(transparent)]
+    Injected(#[from] crate::faults::Injected),
 }
 
 /// The resync timer: its first tick one period after start, then every

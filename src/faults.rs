@@ -3,14 +3,18 @@
 //! attempt, a liveness probe that notices a stuck worker and a shutdown under
 //! backlog, all against a real API server.
 //!
-//! It is inert unless the environment variable `DEMO_CONTROLLER_FAULTS` is
-//! set, e.g. `fail=default/kuard,stall=default/slow@5s,slow=2ms`:
-//! - `fail=NS/NAME`: every sync of that key fails (after its read, before
-//!   its commit: see worker.rs);
+//! It is a layer around the sync ([`Faults::around`]), which the controller
+//! puts around its sync handler only when the environment variable
+//! `DEMO_CONTROLLER_FAULTS` asks for a fault of syncs; the sync itself
+//! (worker.rs) knows nothing of it. The variable reads e.g.
+//! `fail=default/kuard,stall=default/slow@5s,slow=2ms`:
+//! - `fail=NS/NAME`: every sync of that key fails before it runs, so it
+//!   takes nothing from the cache and its retry sees everything again, as a
+//!   real controller's sync that failed before committing would;
 //! - `stall=NS/NAME[@DURATION]`: the first sync of that key hangs for that
-//!   long (an hour without `@`) before it reads the cache;
-//! - `slow=DURATION`: every sync takes that much longer before it reads the
-//!   cache (a backlog builds up);
+//!   long (an hour without `@`) before it runs;
+//! - `slow=DURATION`: every sync takes that much longer before it runs (a
+//!   backlog builds up);
 //! - `watch-timeout=DURATION`: the server closes each watch after this long
 //!   instead of informer::WATCH_TIMEOUT_SECS (50 s), so a test can make a
 //!   list outlast it without minutes of waiting;
@@ -87,9 +91,28 @@ impl Faults {
         Ok(faults)
     }
 
-    /// Time a sync spends before it reads the cache (`slow`, `stall`): a busy
-    /// worker. Changes that land meanwhile are in what it reads.
-    pub async fn delay(&self, key: &Key) {
+    /// Whether a fault of syncs is asked for (`fail`, `stall`, `slow`): only
+    /// then does the controller put [`Faults::around`] around its syncs.
+    pub fn wraps_syncs(&self) -> bool {
+        let stalls = !self.stall.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
+        !self.fail.is_empty() || stalls || self.slow.is_some()
+    }
+
+    /// The layer around one sync of `key`: first the delay (`slow`, `stall`),
+    /// then the failure (`fail`), which returns before `sync` ever runs.
+    pub async fn around<E: From<Injected>>(
+        &self,
+        key: &Key,
+        sync: impl Future<Output = Result<(), E>>,
+    ) -> Result<(), E> {
+        self.delay(key).await;
+        self.fail(key)?;
+        sync.await
+    }
+
+    /// Time spent before a sync runs (`slow`, `stall`): a busy worker.
+    /// Changes that land meanwhile are in what the sync reads.
+    async fn delay(&self, key: &Key) {
         if let Some(time) = self.slow {
             tokio::time::sleep(time).await;
         }
@@ -102,9 +125,8 @@ impl Faults {
         }
     }
 
-    /// The fallible step of a sync (`fail`), which worker.rs runs between its
-    /// read and its commit.
-    pub fn act(&self, key: &Key) -> Result<(), Injected> {
+    /// A sync of `key` that fails (`fail`).
+    fn fail(&self, key: &Key) -> Result<(), Injected> {
         if self.fail.is_empty() {
             return Ok(());
         }
@@ -128,10 +150,10 @@ mod tests {
     async fn a_failing_key_fails_and_others_pass() {
         let faults = Faults::parse("fail=ns/bad").unwrap();
         assert_eq!(
-            faults.act(&key("bad")).unwrap_err().to_string(),
+            faults.fail(&key("bad")).unwrap_err().to_string(),
             "injected failure for ns/bad (DEMO_CONTROLLER_FAULTS)"
         );
-        assert!(faults.act(&key("good")).is_ok());
+        assert!(faults.fail(&key("good")).is_ok());
     }
 
     #[tokio::test(start_paused = true)]
@@ -175,5 +197,41 @@ mod tests {
     fn no_spec_no_faults() {
         let faults = Faults::parse("").unwrap();
         assert!(faults.fail.is_empty() && faults.slow.is_none());
+        assert!(!faults.wraps_syncs() && !Faults::parse("watch-timeout=4s").unwrap().wraps_syncs());
+        assert!(Faults::parse("stall=ns/p").unwrap().wraps_syncs() && Faults::parse("slow=1ms").unwrap().wraps_syncs());
+    }
+
+    #[tokio::test]
+    async fn a_failed_sync_takes_nothing_and_its_retry_still_logs_the_delete() {
+        use crate::informer::Cache;
+        use crate::informer::tests::pod;
+        use crate::worker::Worker;
+        use kube::runtime::watcher::Event;
+        let cache = Cache::new();
+        let worker = Worker::new(cache.clone(), false, None);
+        for event in [Event::Init, Event::InitDone] {
+            cache.apply(event);
+        }
+        cache.apply(Event::Apply(pod("ns", "p", "u1", "2")));
+        cache.apply(Event::Delete(pod("ns", "p", "u1", "3")));
+        let failing = Faults::parse("fail=ns/p").unwrap();
+        let sync = || async {
+            worker.sync(&key("p")).await;
+            Ok::<_, Injected>(())
+        };
+        for _ in 0..2 {
+            let err = failing.around(&key("p"), sync()).await.unwrap_err();
+            assert_eq!(err.to_string(), "injected failure for ns/p (DEMO_CONTROLLER_FAULTS)");
+        }
+        // Nothing was taken by the failures: the cache still holds the tombstone.
+        assert_eq!(cache.held().0, 1);
+        use crate::worker::Change::{Add, Delete};
+        let lines = worker.sync(&key("p")).await;
+        let changes: Vec<_> = lines.into_iter().map(|l| l.change).collect();
+        assert!(
+            matches!(&changes[..], [Add(a), Delete(d)] if a.uid == "u1" && d.resource_version == "3"),
+            "{changes:?}"
+        );
+        assert_eq!(cache.held(), (0, 0));
     }
 }

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use crate::pod::Pod;
 use futures::StreamExt;
-use kube::api::{ListParams, VersionMatch};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event, InitialListStrategy};
 use kube::{Api, ResourceExt};
@@ -38,7 +37,7 @@ pub const WATCH_TIMEOUT_SECS: u32 = 50;
 
 /// The cache: kube's reflector `Store` plus the two things a store forgets.
 pub struct Cache {
-    /// Read handle of the store. Workers read it through [`Cache::read`] only.
+    /// Read handle of the store. Workers read it through [`Cache::take`] only.
     store: Store<Pod>,
     inner: Mutex<Inner>,
 }
@@ -52,15 +51,12 @@ struct Inner {
     /// Delete event, or found missing after a relist (client-go hands the
     /// latter to OnDelete as `DeletedFinalStateUnknown`). They let the worker
     /// log a pod that was created and deleted before it got to the key.
-    /// Removed only by [`Cache::commit`], once the worker's sync succeeded.
+    /// Taken by the worker's sync of the key ([`Cache::take`]).
     tombstones: HashMap<Key, Vec<Tombstone>>,
     /// UIDs of the pods in the first full list, so their onAdd can say so
-    /// (and `--skip-existing` can leave them out). Each is removed when the
-    /// sync that logged that pod (alive, or from its tombstone) commits.
+    /// (and `--skip-existing` can leave them out). Each is taken by the sync
+    /// that logs that pod (alive, or from its tombstone).
     initial: HashSet<String>,
-    /// With a label selector: the API to ask whether a pod that the watch
-    /// reported DELETED still exists (it then left the selector).
-    selector: Option<Api<Pod>>,
     /// How many pods the first list held, for the `cache synced` line. The
     /// store's own count may be higher by the time that line is written: the
     /// informer goes on applying watch events meanwhile.
@@ -73,15 +69,15 @@ struct Inner {
 #[derive(Clone, Debug)]
 pub struct Tombstone {
     pub pod: Arc<Pod>,
-    /// A DELETED event while a label selector is in use: the pod was deleted
-    /// *or* its labels stopped matching, and the event cannot tell which (see
-    /// [`Cache::apply`]); [`Cache::left_selector`] asks the server.
-    pub ask_why: bool,
+    /// It came from a DELETED event (not from a relist). With a label
+    /// selector such an event means the pod was deleted *or* its labels
+    /// stopped matching, and the event cannot tell which (see
+    /// [`Cache::apply`]); the worker asks the server (worker.rs).
+    pub from_event: bool,
 }
 
-/// What a worker sees for one key, taken in one consistent moment. Reading it
-/// changes nothing: the sync hands it back to [`Cache::commit`] once it
-/// succeeded, so a failed sync is retried with nothing lost.
+/// What a worker sees for one key, taken in one consistent moment (see
+/// [`Cache::take`]).
 pub struct Snapshot {
     pub current: Option<Arc<Pod>>,
     pub tombstones: Vec<Tombstone>,
@@ -96,7 +92,6 @@ impl Cache {
             writer,
             tombstones: HashMap::new(),
             initial: HashSet::new(),
-            selector: None,
             first_list: None,
             unreadable: HashSet::new(),
         };
@@ -105,38 +100,6 @@ impl Cache {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Whether the watch uses a label selector; `api` (not filtered by it)
-    /// answers what became of a pod reported DELETED.
-    pub fn set_selector(&self, api: Option<Api<Pod>>) {
-        self.lock().selector = api;
-    }
-
-    /// Whether the pod of a DELETED event still exists: then it left the
-    /// selector rather than being deleted. One LIST of that name, made by the
-    /// worker's sync before it logs the onDelete (without an answer it logs a
-    /// plain one).
-    ///
-    /// It asks for a list *not older than the DELETED event's
-    /// resourceVersion*. The API server's watch cache can answer that (it
-    /// waits, briefly, until it has caught up to that version), so a mass
-    /// relabel costs the server cache reads, not one etcd read per pod; and
-    /// the answer is never older than the event, so a pod deleted since is
-    /// never reported as still there.
-    pub async fn left_selector(&self, pod: &Pod) -> Result<bool, kube::Error> {
-        let Some(api) = self.lock().selector.clone() else { return Ok(false) };
-        let namespace = pod.namespace().unwrap_or_default();
-        let api = Api::<Pod>::namespaced(api.into_client(), &namespace);
-        // A LIST narrowed to the one name, not a GET: the same answer, and it
-        // needs only the `list` verb the informer already has, so the
-        // manifest's RBAC stays list + watch.
-        let mut by_name = ListParams::default().fields(&format!("metadata.name={}", pod.name_any()));
-        if let Some(rv) = pod.resource_version() {
-            by_name = by_name.at(&rv).matching(VersionMatch::NotOlderThan);
-        }
-        let now = api.list_metadata(&by_name).await?;
-        Ok(now.items.iter().any(|now| now.uid() == pod.uid()))
     }
 
     // ANCHOR: apply
@@ -164,8 +127,7 @@ impl Cache {
             Event::Delete(pod) => {
                 inner.unreadable.remove(&Key::of(pod));
                 inner.writer.apply_watcher_event(&event);
-                let ask_why = inner.selector.is_some();
-                let tombstone = Tombstone { pod: Arc::new(pod.clone()), ask_why };
+                let tombstone = Tombstone { pod: Arc::new(pod.clone()), from_event: true };
                 inner.tombstones.entry(Key::of(pod)).or_default().push(tombstone);
                 vec![Key::of(pod)]
             }
@@ -199,7 +161,7 @@ impl Cache {
                 for old in before {
                     let key = Key::of(&old);
                     if now.get(&key) != Some(&old.uid()) {
-                        inner.tombstones.entry(key).or_default().push(Tombstone { pod: old, ask_why: false });
+                        inner.tombstones.entry(key).or_default().push(Tombstone { pod: old, from_event: false });
                     }
                 }
                 metrics::relisted();
@@ -236,34 +198,26 @@ impl Cache {
         pod
     }
 
-    /// Everything the worker needs for `key`. Takes nothing: see [`commit`].
+    /// Everything the worker needs for `key`, taken in one step under the
+    /// lock the informer writes under: the pod the store holds now, and the
+    /// key's tombstones and initial-list marks, which leave the cache with it.
+    /// A tombstone that arrives later waits for the next sync (its event
+    /// queued the key again).
     ///
-    /// [`commit`]: Cache::commit
-    pub fn read(&self, key: &Key) -> Snapshot {
-        let inner = self.lock();
-        let current = self.store.get(&ObjectRef::new(&key.name).within(&key.namespace));
-        let tombstones = inner.tombstones.get(key).cloned().unwrap_or_default();
-        // A pod of the first list stays marked until the sync that logs it
-        // commits, whether it is still here or already a tombstone.
-        let uids = current.iter().chain(tombstones.iter().map(|t| &t.pod)).filter_map(|p| p.uid());
-        let initial = uids.filter(|uid| inner.initial.contains(uid)).collect();
-        Snapshot { current, tombstones, initial }
-    }
-
-    /// The sync of `snapshot` succeeded: forget the tombstones and initial
-    /// marks it logged. Tombstones that arrived after the read stay (their
-    /// event queued the key again).
-    pub fn commit(&self, key: &Key, snapshot: &Snapshot) {
+    /// Taking at the read is safe because nothing after it can fail: the sync
+    /// decides and writes lines. A controller whose sync calls the outside
+    /// world, and can fail there, must read, act, and only then take what it
+    /// read, or a failed try would lose a delete for good. (The test seam's
+    /// failures come before the sync runs, so they take nothing: faults.rs.)
+    pub fn take(&self, key: &Key) -> Snapshot {
         let mut inner = self.lock();
-        if let Some(stones) = inner.tombstones.get_mut(key) {
-            stones.drain(..snapshot.tombstones.len().min(stones.len()));
-            if stones.is_empty() {
-                inner.tombstones.remove(key);
-            }
-        }
-        for uid in &snapshot.initial {
-            inner.initial.remove(uid);
-        }
+        let current = self.store.get(&ObjectRef::new(&key.name).within(&key.namespace));
+        let tombstones = inner.tombstones.remove(key).unwrap_or_default();
+        // A pod of the first list stays marked until the sync that logs it,
+        // whether it is still here or already a tombstone.
+        let uids = current.iter().chain(tombstones.iter().map(|t| &t.pod)).filter_map(|p| p.uid());
+        let initial = uids.filter(|uid| inner.initial.remove(uid)).collect();
+        Snapshot { current, tombstones, initial }
     }
 
     /// A key given up on (its sync failed too often): forget what was held
@@ -371,7 +325,6 @@ pub async fn run(
     if config.timeout.is_none() {
         config = config.timeout(WATCH_TIMEOUT_SECS);
     }
-    cache.set_selector(config.label_selector.is_some().then(|| api.clone()));
     let mut backoff = Backoff::default();
     let mut progress = tokio::time::interval_at(Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
     progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -578,35 +531,6 @@ impl ListProgress {
     }
 }
 
-/// Why kube-client ended a watch stream quietly (see logging.rs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Interruption {
-    /// The connection closed in the middle of the response (a restarted API
-    /// server, a proxy that dropped the connection).
-    ClosedMidStream,
-    /// Nothing arrived for the read timeout (a path that went silent).
-    Silent,
-}
-
-/// A watch whose connection broke: the watcher (kube's for JSON, ours for
-/// protobuf) resumes it from the last resourceVersion by itself, and tells
-/// nobody. Logged here, once per break, so that every outage that breaks the
-/// watch shows in the log, and counted as a watch error.
-pub fn watch_interrupted(why: Interruption) {
-    let reason = match why {
-        Interruption::ClosedMidStream => {
-            "the connection to the API server closed in the middle of the watch (was the server restarted?)".to_string()
-        }
-        Interruption::Silent => format!(
-            "the API server sent nothing for {} s, the read timeout: the connection is abandoned",
-            crate::client::READ_TIMEOUT.as_secs()
-        ),
-    };
-    warn!("watch interrupted: {reason}; resuming from the last resourceVersion");
-    metrics::watch_error();
-    probes::watch_error(Some(reason));
-}
-
 /// Whether `error` left the watcher (kube's or ours, the same state machine)
 /// back at its start, Empty, so that its next poll lists again as it first
 /// did. `streaming`: the watcher was built for streaming lists;
@@ -729,13 +653,12 @@ pub(crate) mod tests {
         assert!(cache.apply(Event::Init).is_empty());
         assert!(cache.apply(Event::InitApply(pod("a", "p", "u1", "1"))).is_empty());
         // Before InitDone the store does not hold the list yet.
-        assert!(cache.read(&key("a", "p")).current.is_none());
+        assert!(cache.take(&key("a", "p")).current.is_none());
         assert_eq!(cache.apply(Event::InitDone), vec![key("a", "p")]);
-        let snap = cache.read(&key("a", "p"));
+        let snap = cache.take(&key("a", "p"));
         assert!(snap.current.is_some());
         assert_eq!(snap.initial, HashSet::from(["u1".to_string()]), "pods of the first list are marked initial");
-        cache.commit(&key("a", "p"), &snap);
-        assert!(cache.read(&key("a", "p")).initial.is_empty(), "the mark is taken once logged");
+        assert!(cache.take(&key("a", "p")).initial.is_empty(), "the mark is taken with the pod");
     }
 
     #[test]
@@ -771,14 +694,14 @@ pub(crate) mod tests {
         keys.sort();
         keys.dedup();
         assert_eq!(keys, vec![key("a", "gone"), key("a", "kept"), key("a", "recreated")]);
-        let gone = cache.read(&key("a", "gone"));
+        let gone = cache.take(&key("a", "gone"));
         assert!(gone.current.is_none());
         assert_eq!(gone.tombstones.len(), 1);
         assert_eq!(gone.tombstones[0].pod.uid().as_deref(), Some("u1"));
-        let recreated = cache.read(&key("a", "recreated"));
+        let recreated = cache.take(&key("a", "recreated"));
         assert_eq!(recreated.current.and_then(|p| p.uid()).as_deref(), Some("u4"));
         assert_eq!(recreated.tombstones[0].pod.uid().as_deref(), Some("u3"));
-        assert!(cache.read(&key("a", "kept")).tombstones.is_empty());
+        assert!(cache.take(&key("a", "kept")).tombstones.is_empty());
         assert!(!recreated.initial.contains("u4"), "a pod from a later relist is not from the initial list");
     }
 
@@ -789,12 +712,10 @@ pub(crate) mod tests {
         cache.apply(Event::InitDone);
         assert_eq!(cache.apply(Event::Apply(pod("a", "p", "u1", "2"))), vec![key("a", "p")]);
         assert_eq!(cache.apply(Event::Delete(pod("a", "p", "u1", "3"))), vec![key("a", "p")]);
-        let snap = cache.read(&key("a", "p"));
+        let snap = cache.take(&key("a", "p"));
         assert!(snap.current.is_none());
         assert_eq!(snap.tombstones[0].pod.resource_version().as_deref(), Some("3"));
-        assert_eq!(cache.read(&key("a", "p")).tombstones.len(), 1, "reading takes nothing");
-        cache.commit(&key("a", "p"), &snap);
-        assert!(cache.read(&key("a", "p")).tombstones.is_empty(), "a commit takes the tombstones read");
+        assert!(cache.take(&key("a", "p")).tombstones.is_empty(), "a tombstone is taken once");
     }
 
     #[test]
@@ -834,17 +755,15 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn an_initial_pod_deleted_before_its_sync_keeps_its_mark_until_commit() {
+    fn an_initial_pod_deleted_before_its_sync_keeps_its_mark_until_taken() {
         let cache = Cache::new();
         cache.apply(Event::Init);
         cache.apply(Event::InitApply(pod("a", "p", "u1", "1")));
         cache.apply(Event::InitDone);
         cache.apply(Event::Delete(pod("a", "p", "u1", "2")));
         cache.apply(Event::Apply(pod("a", "p", "u2", "3"))); // replaced under the same name
-        let snap = cache.read(&key("a", "p"));
+        let snap = cache.take(&key("a", "p"));
         assert_eq!(snap.initial, HashSet::from(["u1".to_string()]));
-        assert_eq!(cache.read(&key("a", "p")).initial.len(), 1, "reading takes nothing");
-        cache.commit(&key("a", "p"), &snap);
         assert_eq!(cache.held(), (0, 0), "nothing of it stays in memory");
     }
 
@@ -861,16 +780,16 @@ pub(crate) mod tests {
         cache.apply(Event::InitApply(pod("a", "p", "u1", "5")));
         cache.apply(Event::InitApply(pod("a", "q", "u2", "3")));
         cache.apply(Event::InitDone);
-        let p = cache.read(&key("a", "p")).current.unwrap();
+        let p = cache.take(&key("a", "p")).current.unwrap();
         assert_eq!(p.resource_version().as_deref(), Some("9"), "the newer state we had is kept");
-        assert!(cache.read(&key("a", "p")).tombstones.is_empty());
+        assert!(cache.take(&key("a", "p")).tombstones.is_empty());
         // A newer listed state, or another pod under the name, is taken.
         cache.apply(Event::Init);
         cache.apply(Event::InitApply(pod("a", "p", "u1", "12")));
         cache.apply(Event::InitApply(pod("a", "q", "u3", "2")));
         cache.apply(Event::InitDone);
-        assert_eq!(cache.read(&key("a", "p")).current.unwrap().resource_version().as_deref(), Some("12"));
-        assert_eq!(cache.read(&key("a", "q")).current.unwrap().uid().as_deref(), Some("u3"));
+        assert_eq!(cache.take(&key("a", "p")).current.unwrap().resource_version().as_deref(), Some("12"));
+        assert_eq!(cache.take(&key("a", "q")).current.unwrap().uid().as_deref(), Some("u3"));
         // resourceVersions that are not numbers are never compared.
         assert!(!newer(&pod("a", "p", "u1", "b"), &pod("a", "p", "u1", "a")));
         assert!(newer(&pod("a", "p", "u1", "10"), &pod("a", "p", "u1", "9")), "numbers, not strings");
@@ -966,7 +885,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_status_that_could_not_be_read_keeps_the_one_before() {
-        use crate::describe::{Text, Word};
+        use crate::text::{Text, Word};
         let cache = Cache::new();
         let mut running = pod("a", "p", "u1", "1");
         running.status = Some(crate::pod::Status { phase: Some(Word::new("Running")), ..Default::default() });
@@ -976,11 +895,11 @@ pub(crate) mod tests {
         let mut unreadable = pod("a", "p", "u1", "2");
         unreadable.unreadable_status = Some(Text::new("bad protobuf in the PodStatus at byte 0"));
         cache.apply(Event::Apply(unreadable.clone()));
-        let kept = cache.read(&key("a", "p")).current.unwrap();
+        let kept = cache.take(&key("a", "p")).current.unwrap();
         assert_eq!(kept.resource_version().as_deref(), Some("2"), "the rest of the update is taken");
         assert_eq!(kept.status, running.status, "the status it had is kept");
         assert_eq!(kept.unreadable_status, None);
-        assert_eq!(cache.held(), (0, 1));
+        assert_eq!(cache.held(), (0, 0), "no tombstone, and the initial mark went with the take");
         assert!(cache.lock().unreadable.contains(&key("a", "p")), "said once, until it reads again");
         cache.apply(Event::Apply(pod("a", "p", "u1", "3")));
         assert!(cache.lock().unreadable.is_empty());
@@ -997,16 +916,15 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn commit_keeps_tombstones_that_arrived_after_the_read() {
+    fn a_tombstone_that_arrives_after_a_take_waits_for_the_next() {
         let cache = Cache::new();
         cache.apply(Event::Init);
         cache.apply(Event::InitDone);
         cache.apply(Event::Delete(pod("a", "p", "u1", "2")));
-        let snap = cache.read(&key("a", "p"));
+        assert_eq!(cache.take(&key("a", "p")).tombstones.len(), 1);
         cache.apply(Event::Delete(pod("a", "p", "u2", "5")));
-        cache.commit(&key("a", "p"), &snap);
-        let left = cache.read(&key("a", "p"));
-        assert_eq!(left.tombstones.len(), 1);
-        assert_eq!(left.tombstones[0].pod.uid().as_deref(), Some("u2"));
+        let next = cache.take(&key("a", "p"));
+        assert_eq!(next.tombstones.len(), 1);
+        assert_eq!(next.tombstones[0].pod.uid().as_deref(), Some("u2"));
     }
 }

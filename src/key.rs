@@ -25,11 +25,11 @@ impl Key {
     }
 }
 
-/// Printed cleaned (describe.rs): a real name is printed as it is, but one
+/// Printed cleaned (text.rs): a real name is printed as it is, but one
 /// from a broken server or a proxy can never break or disguise a line.
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use crate::describe::{NAME_CHARS, cleaned};
+        use crate::text::{NAME_CHARS, cleaned};
         write!(f, "{}/{}", cleaned(&self.namespace, NAME_CHARS), cleaned(&self.name, NAME_CHARS))
     }
 }

@@ -13,7 +13,8 @@
 //! ```
 //!
 //! Around that core, one concept each: pod (what of a pod we keep and show),
-//! describe (the words for what changed, as kubectl describe says it), cli
+//! text (server text made safe for a line), describe (the words for what
+//! changed, as kubectl describe says it), cli
 //! (flags), client (kubeconfig and clear errors), leader (leader election
 //! and the warm standby), logging, signals (and the
 //! side thread that hears them), probes (/readyz, /healthz), metrics
@@ -35,4 +36,5 @@ pub mod probes;
 pub mod protobuf;
 pub mod queue;
 pub mod signals;
+pub mod text;
 pub mod worker;

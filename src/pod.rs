@@ -14,7 +14,7 @@ use serde::de::{Error as _, IgnoredAny};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use crate::describe::{NAME_CHARS, Text, Word, cleaned};
+use crate::text::{NAME_CHARS, Text, Word, cleaned};
 
 /// A pod as the cache keeps it: only the fields the log lines use.
 ///
@@ -332,7 +332,7 @@ impl Hash for Fingerprint {
 /// server writes a status the same way each time (Go sorts map keys), so an
 /// unchanged status hashes the same. The raw text is a copy that lives for
 /// the moment of the parse: a 1 MB message passes through it, and only its
-/// first [`MESSAGE_CHARS`](crate::describe::MESSAGE_CHARS) characters stay.
+/// first [`MESSAGE_CHARS`](crate::text::MESSAGE_CHARS) characters stay.
 fn fingerprinted_status<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Status>, D::Error> {
     let Some(raw) = Option::<Box<RawValue>>::deserialize(deserializer)? else {
         return Ok(None);
@@ -401,7 +401,7 @@ impl PodState {
     pub fn of(pod: &Arc<Pod>) -> PodState {
         let status = pod.status.as_ref();
         let containers = status.map(|s| &s.container_statuses[..]).unwrap_or_default();
-        // What the line shows, cleaned (describe.rs): a real uid, node name or
+        // What the line shows, cleaned (text.rs): a real uid, node name or
         // label is shown as it is, one a proxy made up cannot break the line.
         let shown = |s: &str| cleaned(s, NAME_CHARS).into_owned();
         PodState {

@@ -15,9 +15,21 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use crate::cli::Serve;
 use crate::key::Key;
 use crate::queue::Queue;
+
+/// Where a small HTTP server of ours listens, and what a busy port means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Serve {
+    /// `None`: turned off.
+    pub addr: Option<std::net::SocketAddr>,
+    /// Whether a port already in use stops the program. In a pod, or when the
+    /// address was asked for with a flag, it does: the kubelet's probes or
+    /// the scrape would fail for good. On a laptop, where a learner runs
+    /// `cargo run` and something else may hold the default port, it is a
+    /// warning and the logger runs without that server.
+    pub busy_is_fatal: bool,
+}
 
 #[derive(Default)]
 struct State {

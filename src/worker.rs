@@ -9,14 +9,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use kube::api::{ListParams, VersionMatch};
+use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
-use crate::describe::{NAME_CHARS, cleaned};
-use crate::faults::Faults;
 use crate::informer::Cache;
 use crate::key::Key;
 use crate::leader::Verdict;
-use crate::pod::PodState;
+use crate::pod::{Pod, PodState};
+use crate::text::{NAME_CHARS, cleaned};
 
 /// One line of output, before it is logged.
 #[derive(Clone, Debug, PartialEq)]
@@ -80,15 +81,6 @@ pub struct Line {
     pub shown: bool,
 }
 
-/// Why a sync failed. It lives here, beside the sync that returns it; the
-/// controller only decides what to do about it (retry with backoff or drop).
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    /// The test seam made it fail (see faults.rs).
-    #[error(transparent)]
-    Injected(#[from] crate::faults::Injected),
-}
-
 /// The syncHandler's state: the cache to read and what was last synced.
 pub struct Worker {
     cache: Arc<Cache>,
@@ -97,24 +89,32 @@ pub struct Worker {
     /// key at once (the queue guarantees that), so a plain std mutex held for
     /// a lookup is all the coordination needed.
     last: Mutex<HashMap<Key, PodState>>,
+    /// With `--selector`: the API (not filtered by it) to ask whether a pod
+    /// reported DELETED still exists, that is, left the selector.
+    ///
+    /// Everything about a pod leaving the selector lives here, in the worker:
+    /// this question, its answer and [`LeftSelector`]. The cache records what
+    /// the server said (a DELETED event, a pod a relist lacks) and cannot know
+    /// why; only the sync knows which deletes it is about to log, so it asks
+    /// for those, and it is the sync that must remember the answer until the
+    /// pod's return, to say "now matches the selector" then.
+    selector: Option<Api<Pod>>,
     /// Pods we logged as having left the selector, so that their return says
     /// "now matches the selector" rather than looking like a new pod.
     left: Mutex<LeftSelector>,
     skip_existing: bool,
-    /// The test seam: the step of a sync that can fail (inert in normal runs).
-    faults: Faults,
     /// Whose lines these are, with `--leader-elect` (see leader.rs).
     pub gate: Arc<crate::leader::Gate>,
 }
 
 impl Worker {
-    pub fn new(cache: Arc<Cache>, skip_existing: bool, faults: Faults) -> Worker {
+    pub fn new(cache: Arc<Cache>, skip_existing: bool, selector: Option<Api<Pod>>) -> Worker {
         Worker {
             cache,
             last: Mutex::new(HashMap::new()),
+            selector,
             left: Mutex::new(LeftSelector::default()),
             skip_existing,
-            faults,
             gate: crate::leader::Gate::leading(),
         }
     }
@@ -122,18 +122,15 @@ impl Worker {
     /// client-go's syncHandler: bring the log up to date for `key`. Returns
     /// every change it found, and how each was logged (tests read it).
     ///
-    /// Its shape is the one to copy: **read, act, commit**. It reads the cache
-    /// and what it last saw without taking anything; it acts (the step that
-    /// can fail: here the test seam, in a real controller a call to another
-    /// system); and only once that succeeded does it commit: take the key's
-    /// tombstones and initial-list marks and remember what it saw. A failed
-    /// sync so leaves everything where it was, and the retry sees it all again
-    /// (a delete taken before a failure would be lost for good).
-    pub async fn sync(&self, key: &Key) -> Result<Vec<Line>, SyncError> {
-        // (The test seam's slow or stalled worker: time passes before the read.)
-        self.faults.delay(key).await;
-        // 1. Read.
-        let snapshot = self.cache.read(key);
+    /// It reads as a straight line: take what the cache holds for the key
+    /// ([`Cache::take`]), compare it with what was last synced ([`decide`]),
+    /// and write a line for each change. Nothing in it can fail: reading the
+    /// cache and writing a line do not, and a question to the server that
+    /// goes unanswered only makes a plain onDelete (see below). So it takes
+    /// what it reads at once; [`Cache::take`] says when a sync must not.
+    pub async fn sync(&self, key: &Key) -> Vec<Line> {
+        // 1. Take what the cache holds for the key, and what we last synced.
+        let snapshot = self.cache.take(key);
         let last = self.lock_last().get(key).cloned();
         // The common case of a resync: the same pod at the same resourceVersion
         // and nothing deleted meanwhile. Say so before allocating anything.
@@ -143,19 +140,16 @@ impl Worker {
             && pod.metadata.resource_version.as_deref() == Some(seen.resource_version.as_str())
         {
             debug!(%key, "no change (resync or a merged add+delete already logged)");
-            return Ok(Vec::new());
+            return Vec::new();
         }
+        // 2. Decide.
         let current = snapshot.current.as_ref().map(PodState::of);
         let tombstones: Vec<PodState> = snapshot.tombstones.iter().map(|t| PodState::of(&t.pod)).collect();
         let changes = decide(last.as_ref(), &tombstones, current.as_ref());
-
-        // 2. Act. Nothing is logged before the step that can fail succeeds,
-        //    so a retry never repeats a line.
-        self.faults.act(key)?;
         // With a selector, a DELETED event may mean the pod was relabelled
         // out of it: ask the server, for the deletes we are about to log.
         let mut left = Vec::new();
-        for t in snapshot.tombstones.iter().filter(|t| t.ask_why) {
+        for t in snapshot.tombstones.iter().filter(|t| t.from_event && self.selector.is_some()) {
             let uid = t.pod.metadata.uid.as_deref().unwrap_or_default();
             let logged = changes.iter().any(|c| matches!(c, Change::Delete(p) if p.uid == uid));
             if !logged {
@@ -163,13 +157,13 @@ impl Worker {
             }
             // Not worth failing the sync for: without an answer the line is a
             // plain onDelete, which is what a relist would give too.
-            match self.cache.left_selector(&t.pod).await {
+            match self.left_selector(&t.pod).await {
                 Ok(true) => left.push((uid, t.pod.metadata.resource_version.as_deref().unwrap_or_default())),
                 Ok(false) => {}
                 Err(e) => {
                     // The server's (or a proxy's) words, cleaned for the line.
                     let e = e.to_string();
-                    let e = cleaned(&e, 2 * crate::describe::MESSAGE_CHARS);
+                    let e = cleaned(&e, 2 * crate::text::MESSAGE_CHARS);
                     warn!(%key, "cannot tell whether {key} was deleted or left the selector ({e}): a plain onDelete follows")
                 }
             }
@@ -177,6 +171,7 @@ impl Worker {
         if changes.is_empty() {
             debug!(%key, "no change (resync or a merged add+delete already logged)");
         }
+        // 3. Log each change, then remember what was synced.
         let mut lines = Vec::with_capacity(changes.len());
         for change in changes {
             let reason = match &change {
@@ -184,7 +179,7 @@ impl Worker {
                     self.lock_left().insert(key, &p.uid);
                     Some(LEFT_SELECTOR)
                 }
-                Change::Add(p) if self.lock_left().take(key, &p.uid) => Some(BACK_IN_SELECTOR),
+                Change::Add(p) if self.lock_left().returned(key, &p.uid) => Some(BACK_IN_SELECTOR),
                 _ => None,
             };
             let initial = matches!(&change, Change::Add(p) if snapshot.initial.contains(&p.uid));
@@ -199,15 +194,37 @@ impl Worker {
             }
             lines.push(Line { change, initial, reason, shown });
         }
-
-        // 3. Commit.
-        self.cache.commit(key, &snapshot);
         let mut last = self.lock_last();
         match current {
             Some(now) => last.insert(key.clone(), now),
             None => last.remove(key),
         };
-        Ok(lines)
+        lines
+    }
+
+    /// Whether the pod of a DELETED event still exists: then it left the
+    /// selector rather than being deleted. One LIST of that name, made before
+    /// the onDelete is logged (without an answer it is a plain one).
+    ///
+    /// It asks for a list *not older than the DELETED event's
+    /// resourceVersion*. The API server's watch cache can answer that (it
+    /// waits, briefly, until it has caught up to that version), so a mass
+    /// relabel costs the server cache reads, not one etcd read per pod; and
+    /// the answer is never older than the event, so a pod deleted since is
+    /// never reported as still there.
+    async fn left_selector(&self, pod: &Pod) -> Result<bool, kube::Error> {
+        let Some(api) = self.selector.clone() else { return Ok(false) };
+        let namespace = pod.namespace().unwrap_or_default();
+        let api = Api::<Pod>::namespaced(api.into_client(), &namespace);
+        // A LIST narrowed to the one name, not a GET: the same answer, and it
+        // needs only the `list` verb the informer already has, so the
+        // manifest's RBAC stays list + watch.
+        let mut by_name = ListParams::default().fields(&format!("metadata.name={}", pod.name_any()));
+        if let Some(rv) = pod.resource_version() {
+            by_name = by_name.at(&rv).matching(VersionMatch::NotOlderThan);
+        }
+        let now = api.list_metadata(&by_name).await?;
+        Ok(now.items.iter().any(|now| now.uid() == pod.uid()))
     }
 
     fn lock_last(&self) -> std::sync::MutexGuard<'_, HashMap<Key, PodState>> {
@@ -247,7 +264,7 @@ impl LeftSelector {
     }
 
     /// Whether the pod `uid` under `key` had left the selector (and forget it).
-    fn take(&mut self, key: &Key, uid: &str) -> bool {
+    fn returned(&mut self, key: &Key, uid: &str) -> bool {
         if self.uids.get(key).is_some_and(|u| u == uid) {
             self.uids.remove(key);
             self.order.retain(|k| k != key);
@@ -272,7 +289,7 @@ impl LeftSelector {
 /// only when the change names them: `reasons` (`OOMKilled`, `CrashLoopBackOff
 /// ImagePullBackOff`...) and `exit_code`.
 pub(crate) fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>, replayed: Option<bool>) {
-    // As the key prints them: cleaned (describe.rs).
+    // As the key prints them: cleaned (text.rs).
     let (ns, name) = (cleaned(&key.namespace, NAME_CHARS), cleaned(&key.name, NAME_CHARS));
     let (ns, name) = (ns.as_ref(), name.as_ref());
     crate::metrics::event_logged(match change {
@@ -315,7 +332,6 @@ pub(crate) fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str
 mod tests {
     use super::*;
     use crate::informer::tests::pod;
-    use crate::pod::Pod;
     use kube::runtime::watcher::Event;
 
     fn state(uid: &str, rv: &str) -> PodState {
@@ -407,95 +423,69 @@ mod tests {
     #[tokio::test]
     async fn worker_add_update_resync_delete() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), false, Faults::default());
+        let worker = Worker::new(cache.clone(), false, None);
         synced(&cache, vec![pod("ns", "p", "u1", "1")]);
-        assert_eq!(kinds(&worker.sync(&key("p")).await.unwrap()), vec![("onAdd", "u1".into())]);
+        assert_eq!(kinds(&worker.sync(&key("p")).await), vec![("onAdd", "u1".into())]);
         let mut labelled = pod("ns", "p", "u1", "2");
         labelled.metadata.labels = Some([("tier".to_string(), "web".to_string())].into());
         cache.apply(Event::Apply(labelled));
-        let changes = worker.sync(&key("p")).await.unwrap();
+        let changes = worker.sync(&key("p")).await;
         assert_eq!(kinds(&changes), vec![("onUpdate", "u1".into())]);
         assert!(matches!(&changes[0].change, Change::Update { old, new } if old.diff(new).text() == "label +tier=web"));
         // A resync re-enqueues the key with nothing new: no line.
-        assert!(worker.sync(&key("p")).await.unwrap().is_empty());
+        assert!(worker.sync(&key("p")).await.is_empty());
         cache.apply(Event::Delete(pod("ns", "p", "u1", "3")));
-        assert_eq!(kinds(&worker.sync(&key("p")).await.unwrap()), vec![("onDelete", "u1".into())]);
-        assert!(worker.sync(&key("p")).await.unwrap().is_empty(), "a delete is logged once");
+        assert_eq!(kinds(&worker.sync(&key("p")).await), vec![("onDelete", "u1".into())]);
+        assert!(worker.sync(&key("p")).await.is_empty(), "a delete is logged once");
     }
 
     #[tokio::test]
     async fn worker_logs_a_pod_created_and_deleted_before_its_sync() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), false, Faults::default());
+        let worker = Worker::new(cache.clone(), false, None);
         synced(&cache, vec![]);
         cache.apply(Event::Apply(pod("ns", "short", "u9", "5")));
         cache.apply(Event::Delete(pod("ns", "short", "u9", "6")));
-        assert_eq!(
-            kinds(&worker.sync(&key("short")).await.unwrap()),
-            vec![("onAdd", "u9".into()), ("onDelete", "u9".into())]
-        );
+        assert_eq!(kinds(&worker.sync(&key("short")).await), vec![("onAdd", "u9".into()), ("onDelete", "u9".into())]);
     }
 
     #[tokio::test]
     async fn worker_logs_deletes_found_by_a_relist_once() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), false, Faults::default());
+        let worker = Worker::new(cache.clone(), false, None);
         synced(&cache, vec![pod("ns", "a", "u1", "1"), pod("ns", "b", "u2", "1")]);
-        worker.sync(&key("a")).await.unwrap();
-        worker.sync(&key("b")).await.unwrap();
+        worker.sync(&key("a")).await;
+        worker.sync(&key("b")).await;
         // Relist: `a` vanished, `b` was replaced under the same name.
         synced(&cache, vec![pod("ns", "b", "u3", "9")]);
-        assert_eq!(kinds(&worker.sync(&key("a")).await.unwrap()), vec![("onDelete", "u1".into())]);
-        assert_eq!(
-            kinds(&worker.sync(&key("b")).await.unwrap()),
-            vec![("onDelete", "u2".into()), ("onAdd", "u3".into())]
-        );
-        assert!(worker.sync(&key("a")).await.unwrap().is_empty() && worker.sync(&key("b")).await.unwrap().is_empty());
+        assert_eq!(kinds(&worker.sync(&key("a")).await), vec![("onDelete", "u1".into())]);
+        assert_eq!(kinds(&worker.sync(&key("b")).await), vec![("onDelete", "u2".into()), ("onAdd", "u3".into())]);
+        assert!(worker.sync(&key("a")).await.is_empty() && worker.sync(&key("b")).await.is_empty());
     }
 
     #[tokio::test]
     async fn skip_existing_still_remembers_initial_pods() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), true, Faults::default());
+        let worker = Worker::new(cache.clone(), true, None);
         synced(&cache, vec![pod("ns", "p", "u1", "1")]);
         // The change is computed (and remembered) even though it is not logged...
-        assert_eq!(kinds(&worker.sync(&key("p")).await.unwrap()), vec![("onAdd", "u1".into())]);
+        assert_eq!(kinds(&worker.sync(&key("p")).await), vec![("onAdd", "u1".into())]);
         // ... so a later update is an update, not an add.
         cache.apply(Event::Apply(pod("ns", "p", "u1", "2")));
-        assert_eq!(kinds(&worker.sync(&key("p")).await.unwrap()), vec![("onUpdate", "u1".into())]);
+        assert_eq!(kinds(&worker.sync(&key("p")).await), vec![("onUpdate", "u1".into())]);
     }
-    #[tokio::test]
-    async fn a_failed_sync_retried_still_logs_the_delete() {
-        let cache = Cache::new();
-        let faults = Faults::parse("fail=ns/p").unwrap();
-        let failing = Worker::new(cache.clone(), false, faults);
-        synced(&cache, vec![]);
-        cache.apply(Event::Apply(pod("ns", "p", "u1", "2")));
-        cache.apply(Event::Delete(pod("ns", "p", "u1", "3")));
-        assert!(failing.sync(&key("p")).await.is_err());
-        assert!(failing.sync(&key("p")).await.is_err());
-        // Nothing was taken by the failures: the cache still holds the tombstone.
-        assert_eq!(cache.held().0, 1);
-        let healthy = Worker::new(cache.clone(), false, Faults::default());
-        assert_eq!(
-            kinds(&healthy.sync(&key("p")).await.unwrap()),
-            vec![("onAdd", "u1".into()), ("onDelete", "u1".into())]
-        );
-        assert_eq!(cache.held(), (0, 0));
-    }
-
     #[tokio::test]
     async fn an_initial_pod_deleted_or_replaced_before_its_sync_stays_initial() {
         let cache = Cache::new();
-        let worker = Worker::new(cache.clone(), true, Faults::default());
+        let worker = Worker::new(cache.clone(), true, None);
         synced(&cache, vec![pod("ns", "gone", "u1", "1"), pod("ns", "swapped", "u2", "1")]);
         cache.apply(Event::Delete(pod("ns", "gone", "u1", "2")));
         cache.apply(Event::Delete(pod("ns", "swapped", "u2", "2")));
         cache.apply(Event::Apply(pod("ns", "swapped", "u3", "3")));
-        let gone = worker.sync(&key("gone")).await.unwrap();
+        let gone = worker.sync(&key("gone")).await;
         assert_eq!(kinds(&gone), vec![("onAdd", "u1".into()), ("onDelete", "u1".into())]);
         assert!(gone[0].initial && !gone[0].shown, "--skip-existing leaves out the initial onAdd");
-        let swapped = worker.sync(&key("swapped")).await.unwrap();
+        let swapped = worker.sync(&key("swapped")).await;
         assert_eq!(kinds(&swapped), vec![("onAdd", "u2".into()), ("onDelete", "u2".into()), ("onAdd", "u3".into())]);
         let flags: Vec<(bool, bool)> = swapped.iter().map(|l| (l.initial, l.shown)).collect();
         assert_eq!(flags, vec![(true, false), (false, true), (false, true)]);
@@ -506,13 +496,13 @@ mod tests {
     fn a_pod_that_left_the_selector_is_remembered_until_it_returns() {
         let mut left = LeftSelector::default();
         left.insert(&key("p"), "u1");
-        assert!(!left.take(&key("p"), "u2"), "another pod under the same name did not return");
-        assert!(left.take(&key("p"), "u1"));
-        assert!(!left.take(&key("p"), "u1"), "taken once");
+        assert!(!left.returned(&key("p"), "u2"), "another pod under the same name did not return");
+        assert!(left.returned(&key("p"), "u1"));
+        assert!(!left.returned(&key("p"), "u1"), "said once");
         for i in 0..LeftSelector::CAP + 5 {
             left.insert(&key(&format!("p{i}")), "u");
         }
         assert_eq!((left.uids.len(), left.order.len()), (LeftSelector::CAP, LeftSelector::CAP));
-        assert!(!left.take(&key("p0"), "u"), "the oldest is forgotten past the cap");
+        assert!(!left.returned(&key("p0"), "u"), "the oldest is forgotten past the cap");
     }
 }

@@ -9,7 +9,8 @@
 //!
 //! whose text this test renders from its source: bench/results.json (written
 //! by `make bench`), book/src/appendix/setup-times.json (written by
-//! cluster/setup-times.sh) or the code itself (the tour's line counts). A
+//! cluster/setup-times.sh) or the code and the book themselves (the tour's
+//! line counts, the chapters' reading times). A
 //! block that differs from its rendering fails `make test`, naming the
 //! first line that differs; `DEMO_CONTROLLER_BLESS=1 cargo test --test
 //! figures` rewrites the blocks after a new benchmark run.
@@ -323,6 +324,137 @@ fn tour_count() -> String {
     )
 }
 
+// --- introduction.md: each chapter's reading time ----------------------------
+
+/// The reading rates (a choice, stated once in the block): prose, and the
+/// comments in code, in words a minute; code, commands and program output in
+/// lines a minute, 12 s a line, for a Go author reading Rust.
+const PROSE_WORDS_PER_MINUTE: usize = 200;
+const CODE_LINES_PER_MINUTE: usize = 5;
+
+/// The chapters of the first read: their number, page and program.
+const CHAPTERS: &[(u32, &str, &str)] = &[
+    (1, "book/src/ch1-watch.md", "examples/ch1_watch.rs"),
+    (2, "book/src/ch2-cache.md", "examples/ch2_cache.rs"),
+    (3, "book/src/ch3-queue.md", "examples/ch3_queue.rs"),
+    (4, "book/src/ch4-controller.md", "examples/ch4_controller.rs"),
+];
+
+/// What there is to read: words of prose, lines of code.
+#[derive(Clone, Copy, Default)]
+struct Reading {
+    words: usize,
+    lines: usize,
+}
+
+impl Reading {
+    /// Prose: its words (a Markdown table's pipes and dashes are no words).
+    fn prose(&mut self, line: &str) {
+        self.words += line.split_whitespace().filter(|w| w.chars().any(char::is_alphanumeric)).count();
+    }
+
+    /// A line of code or output: a comment is read as prose, a blank line not at all.
+    fn code(&mut self, line: &str) {
+        match line.trim() {
+            "" => {}
+            t if t.starts_with("//") => self.prose(t.trim_start_matches('/')),
+            _ => self.lines += 1,
+        }
+    }
+
+    fn minutes(self) -> usize {
+        let seconds = self.words * 60 / PROSE_WORDS_PER_MINUTE + self.lines * 60 / CODE_LINES_PER_MINUTE;
+        (seconds + 30) / 60
+    }
+}
+
+/// The lines an mdbook `{{#include PATH[:ANCHOR]}}` on `page` puts there: the
+/// whole file, or the lines between `ANCHOR: name` and `ANCHOR_END: name`
+/// (anchor lines never show).
+fn included(page: &Path, spec: &str) -> Vec<String> {
+    let (path, anchor) = spec.split_once(':').map_or((spec, None), |(p, a)| (p, Some(a)));
+    let file = page.parent().unwrap().join(path);
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let mut on = anchor.is_none();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if let Some(a) = anchor {
+            if line.trim_end().ends_with(&format!("ANCHOR: {a}")) {
+                on = true;
+                continue;
+            }
+            if line.trim_end().ends_with(&format!("ANCHOR_END: {a}")) {
+                on = false;
+            }
+        }
+        if on && !line.contains("ANCHOR: ") && !line.contains("ANCHOR_END: ") {
+            out.push(line.to_string());
+        }
+    }
+    out
+}
+
+/// What a chapter page gives to read: with `excerpts`, the program's lines as
+/// the page shows them; without, the page's prose, commands and output only.
+fn page_reading(page: &str, excerpts: bool) -> Reading {
+    let path = repo().join(page);
+    let mut reading = Reading::default();
+    let mut fenced = false;
+    for line in read(page).lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if let Some(spec) = line.trim().strip_prefix("{{#include ").and_then(|s| s.strip_suffix("}}")) {
+            if excerpts || !spec.contains(".rs") {
+                included(&path, spec).iter().for_each(|l| reading.code(l));
+            }
+        } else if fenced {
+            reading.code(line);
+        } else {
+            reading.prose(line);
+        }
+    }
+    reading
+}
+
+/// introduction.md: each chapter's reading time.
+fn reading_times() -> String {
+    let mut rows = String::new();
+    let (mut page_total, mut whole_total) = (0, 0);
+    for (n, page, program) in CHAPTERS {
+        let on_page = page_reading(page, true).minutes();
+        let mut whole = page_reading(page, false);
+        read(program).lines().for_each(|l| whole.code(l));
+        let whole = whole.minutes();
+        rows.push_str(&format!("| {n} | {on_page} min | {whole} min |\n"));
+        (page_total, whole_total) = (page_total + on_page, whole_total + whole);
+    }
+    format!(
+        "How long each chapter takes to read, counted from its words by `tests/figures.rs`: prose, and the\n\
+         comments in code, at {PROSE_WORDS_PER_MINUTE} words a minute; code, commands and output at {CODE_LINES_PER_MINUTE} lines a minute (12 s\n\
+         a line: a Go author reading Rust); blank lines not at all. \"The page\" is the chapter as it shows its\n\
+         program, in excerpts; \"with the whole program\" reads the page's prose and its program's file top to\n\
+         bottom instead of the excerpts.\n\n\
+         | Chapter | The page | With the whole program |\n\
+         |---|---|---|\n\
+         {rows}\
+         | 1 to 4 | {page_total} min | {whole_total} min |\n"
+    )
+}
+
+#[test]
+fn a_reading_time_counts_words_and_lines_at_their_rates() {
+    let mut r = Reading::default();
+    r.prose("| `never-done` | the worker never calls `done` |");
+    r.code("    // A comment is read as prose.");
+    r.code("let x = 1;");
+    r.code("   ");
+    assert_eq!((r.words, r.lines), (12, 1));
+    let hour = Reading { words: 30 * PROSE_WORDS_PER_MINUTE, lines: 30 * CODE_LINES_PER_MINUTE };
+    assert_eq!(hour.minutes(), 60);
+}
+
 /// book/src/appendix/setup-times.json, written by cluster/setup-times.sh.
 struct Setup(Value);
 
@@ -398,6 +530,7 @@ const BLOCKS: &[Block] = &[
     ("tour-count", "book/src/tour.md", tour_count),
     ("setup-times", "book/src/appendix/setup.md", setup_times),
     ("readme-setup", "README.md", readme_setup),
+    ("reading-times", "book/src/introduction.md", reading_times),
 ];
 
 /// The files that may hold blocks.

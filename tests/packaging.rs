@@ -126,8 +126,10 @@ fn building_the_control_plane_without_go_says_what_to_install() {
     );
 }
 
-/// The README's layout block names every folder of the repository and every
-/// module of src/ (a new one must be placed for a reader).
+/// The README's layout block names every folder of the repository (each by
+/// its whole path, nested ones too: what `git ls-files | xargs -n1 dirname |
+/// sort -u` lists) and every module of src/ (a new one must be placed for a
+/// reader).
 #[test]
 fn the_readme_layout_names_every_folder_and_module() {
     let readme = read("README.md");
@@ -138,15 +140,8 @@ fn the_readme_layout_names_every_folder_and_module() {
     // Only what git tracks (build output and caches are not the layout); a
     // copy without git checks src/ alone.
     let tracked = tracked.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    let mut folders: Vec<String> = tracked
-        .lines()
-        .filter_map(|f| f.split_once('/').map(|(top, _)| top.to_string()))
-        .filter(|top| !top.starts_with('.'))
-        .collect();
-    folders.dedup();
-    for folder in folders {
-        assert!(layout.contains(&format!("{folder}/")), "the README's layout does not name {folder}/:\n{layout}");
-    }
+    let missing = folders_missing_from(&layout, &tracked);
+    assert!(missing.is_empty(), "the README's layout does not name {}:\n{layout}", missing.join(", "));
     for entry in std::fs::read_dir(root.join("src")).unwrap().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let module = name.trim_end_matches(".rs");
@@ -156,4 +151,32 @@ fn the_readme_layout_names_every_folder_and_module() {
         let named = if entry.path().is_dir() { format!("{module}/") } else { module.to_string() };
         assert!(layout.contains(&named), "the README's layout does not name src/{name}:\n{layout}");
     }
+}
+
+/// The folders of the tracked files `tracked` (one path a line) that `layout`
+/// does not name as a word `folder/` of its own (`bench/harness/src/` does not
+/// name `bench/harness/`), each once, in order.
+fn folders_missing_from(layout: &str, tracked: &str) -> Vec<String> {
+    let words: std::collections::HashSet<&str> =
+        layout.split_whitespace().map(|w| w.trim_start_matches('(').trim_end_matches([',', ';', ':', ')'])).collect();
+    let mut folders = std::collections::BTreeSet::new();
+    for file in tracked.lines() {
+        let mut folder = Path::new(file).parent();
+        while let Some(f) = folder.filter(|f| !f.as_os_str().is_empty()) {
+            folders.insert(f.to_string_lossy().into_owned());
+            folder = f.parent();
+        }
+    }
+    folders.into_iter().filter(|f| !words.contains(format!("{f}/").as_str())).collect()
+}
+
+#[test]
+fn a_folder_missing_from_the_layout_is_named() {
+    let tracked = "Makefile\n.ci/run\nsrc/main.rs\nbench/harness/src/bin/floor.rs\nbench/run.sh\n";
+    let layout = "src/ the program\nbench/ bench/harness/ and bench/harness/src/\n";
+    assert_eq!(folders_missing_from(layout, tracked), vec![".ci", "bench/harness/src/bin"]);
+    assert!(
+        folders_missing_from(".ci/ src/ bench/ bench/harness/src/bin/ bench/harness/src/", tracked)
+            .contains(&"bench/harness".to_string())
+    );
 }

@@ -53,8 +53,8 @@ use bytes::{Buf, Bytes};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use prost::Message;
 
-use crate::describe::{Text, Word};
 use crate::pod::{self, Condition, Conditions, ContainerStatus, Pod, State, Terminated, Truth, Waiting};
+use crate::text::{Text, Word};
 
 /// The four bytes every protobuf object starts with.
 pub const MAGIC: &[u8; 4] = b"k8s\0";
@@ -74,7 +74,7 @@ pub const MAX_LIST_BODY: usize = 128 << 20;
 
 /// How much of an error response is read: a Status is a few hundred bytes,
 /// and a proxy's error page is cut here (and to one line before it is
-/// logged: describe.rs).
+/// logged: text.rs).
 pub const MAX_ERROR_BODY: usize = 64 << 10;
 
 /// The most memory the message structs of one LIST page or one watch frame
@@ -106,7 +106,7 @@ pub enum WireError {
     TooCostly { message: &'static str, offset: usize, cost: usize },
     /// A 2xx answer that is not protobuf: a proxy that rewrote our Accept
     /// header, re-encoded or compressed the body. Both texts are cleaned
-    /// (describe.rs), as they come from whatever answered.
+    /// (text.rs), as they come from whatever answered.
     #[error(
         "the answer to a request for protobuf came with Content-Type {content_type:?}{}",
         encoding_of(content_encoding)

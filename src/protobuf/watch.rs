@@ -22,7 +22,7 @@
 //! - A connection that breaks in the middle of a watch (a restarted API
 //!   server, a proxy that dropped it, nothing for the read timeout) ends the
 //!   stream as kube's watcher ends a JSON one: one `watch interrupted` line
-//!   (informer::watch_interrupted, the same line logging.rs makes of kube's),
+//!   ([`watch_interrupted`], the same line logging.rs makes of kube's),
 //!   and the watch resumes from the last resourceVersion at once. Only if
 //!   that fails is it a `watch failed` with the backoff.
 //! - A 2xx answer that is not protobuf (Content-Type, Content-Encoding) is
@@ -49,7 +49,6 @@ use kube::runtime::watcher::{self, Event, InitialListStrategy, ListSemantic};
 use kube::{Client, Resource};
 
 use super::{Frames, PodPage, WatchEvent, WireError};
-use crate::informer::Interruption;
 use crate::pod::Pod;
 
 /// What we ask for. (A watch is answered with `;stream=watch` added: frames.)
@@ -408,7 +407,7 @@ impl Expect {
         if is_protobuf && encoding.is_none() {
             return Ok(response);
         }
-        let shown = |t: &str| crate::describe::cleaned(t, crate::describe::WORD_CHARS * 2).into_owned();
+        let shown = |t: &str| crate::text::cleaned(t, crate::text::WORD_CHARS * 2).into_owned();
         Err(read_error(WireError::NotProtobuf {
             content_type: shown(&content_type),
             content_encoding: encoding.as_deref().map(shown),
@@ -464,7 +463,7 @@ fn frames(
                 Some(Err(e)) => {
                     let why =
                         if crate::client::timed_out(&e) { Interruption::Silent } else { Interruption::ClosedMidStream };
-                    crate::informer::watch_interrupted(why);
+                    watch_interrupted(why);
                     return None;
                 }
                 None => {
@@ -474,6 +473,35 @@ fn frames(
             }
         }
     })
+}
+
+/// Why kube-client ended a watch stream quietly (see logging.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interruption {
+    /// The connection closed in the middle of the response (a restarted API
+    /// server, a proxy that dropped the connection).
+    ClosedMidStream,
+    /// Nothing arrived for the read timeout (a path that went silent).
+    Silent,
+}
+
+/// A watch whose connection broke: the watcher (kube's for JSON, ours for
+/// protobuf) resumes it from the last resourceVersion by itself, and tells
+/// nobody. Logged here, once per break, so that every outage that breaks the
+/// watch shows in the log, and counted as a watch error.
+pub fn watch_interrupted(why: Interruption) {
+    let reason = match why {
+        Interruption::ClosedMidStream => {
+            "the connection to the API server closed in the middle of the watch (was the server restarted?)".to_string()
+        }
+        Interruption::Silent => format!(
+            "the API server sent nothing for {} s, the read timeout: the connection is abandoned",
+            crate::client::READ_TIMEOUT.as_secs()
+        ),
+    };
+    tracing::warn!("watch interrupted: {reason}; resuming from the last resourceVersion");
+    crate::metrics::watch_error();
+    crate::probes::watch_error(Some(reason));
 }
 
 #[cfg(test)]
