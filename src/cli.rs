@@ -76,6 +76,31 @@ pub struct Args {
     /// a pod]
     #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     pub metrics_addr: Option<Listen>,
+
+    /// Run as one of several replicas: only the holder of a Lease logs; the others keep their cache
+    /// synced and take over where it stopped
+    #[arg(long, help_heading = "Leader election")]
+    pub leader_elect: bool,
+
+    /// How long a standby waits after the leader's last renew before it takes the lease
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_period, help_heading = "Leader election")]
+    pub leader_elect_lease_duration: Duration,
+
+    /// The leader stops logging when no renew succeeded for this long (less than the lease duration)
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_period, help_heading = "Leader election")]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// How often candidates try to take the lease and the leader renews it (renew deadline > 1.2 x this)
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_period, help_heading = "Leader election")]
+    pub leader_elect_retry_period: Duration,
+
+    /// The name of the Lease
+    #[arg(long, value_name = "NAME", default_value = "demo-controller", value_parser = parse_lease_name, help_heading = "Leader election")]
+    pub leader_elect_resource_name: String,
+
+    /// The namespace of the Lease [default: the pod's own namespace in a pod, else default]
+    #[arg(long, value_name = "NS", value_parser = parse_namespace, help_heading = "Leader election")]
+    pub leader_elect_resource_namespace: Option<String>,
 }
 
 /// Whether we run in a pod: the kubelet sets this variable in every
@@ -112,11 +137,33 @@ impl Args {
         default_serve(self.metrics_addr, 8080)
     }
 
+    /// The election's timings, checked as client-go checks them.
+    pub fn leader_timings(&self) -> Result<crate::leader::Timings, String> {
+        crate::leader::Timings {
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+        }
+        .check()
+    }
+
+    /// The Lease's namespace: the flag, else the pod's own (its service
+    /// account's namespace file), else `default`.
+    pub fn lease_namespace(&self) -> String {
+        const IN_A_POD: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+        self.leader_elect_resource_namespace
+            .clone()
+            .or_else(|| in_a_pod().then(|| std::fs::read_to_string(IN_A_POD).ok()).flatten())
+            .map(|ns| ns.trim().to_string())
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or_else(|| "default".into())
+    }
+
     /// Parses the command line. `--help` and `--version` print and exit 0; a
     /// bad flag prints one line with the fix and exits 2 (the usual code for
     /// a usage error), never a panic.
     pub fn parse_or_exit() -> Args {
-        Args::try_parse().unwrap_or_else(|err| {
+        let args = Args::try_parse().unwrap_or_else(|err| {
             use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
             if matches!(err.kind(), DisplayHelp | DisplayVersion) {
                 err.exit();
@@ -127,7 +174,14 @@ impl Args {
             let first = rendered.lines().next().unwrap_or("error: invalid arguments");
             eprintln!("{first} (see demo-controller --help)");
             std::process::exit(2);
-        })
+        });
+        // Checked even without --leader-elect, as Kubernetes' components do:
+        // a bad value is caught before the day it is used.
+        if let Err(err) = args.leader_timings() {
+            eprintln!("error: {err} (see demo-controller --help)");
+            std::process::exit(2);
+        }
+        args
     }
 }
 
@@ -146,6 +200,14 @@ fn parse_resync(s: &str) -> Result<Duration, String> {
                 .to_string(),
         ),
         d => Ok(d),
+    }
+}
+
+/// A duration above zero, for the leader election's timings.
+fn parse_period(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err("expected a duration above zero such as 2s, 10s or 15s".to_string()),
     }
 }
 
@@ -178,6 +240,17 @@ fn parse_namespace(s: &str) -> Result<String, String> {
         Ok(s.to_string())
     } else {
         Err("a namespace is a DNS label: lower-case letters, digits and '-', at most 63 characters".to_string())
+    }
+}
+
+/// A Lease's name is a DNS subdomain (RFC 1123): DNS labels joined by '.',
+/// at most 253 characters.
+fn parse_lease_name(s: &str) -> Result<String, String> {
+    if s.len() <= 253 && s.split('.').all(|label| parse_namespace(label).is_ok()) {
+        Ok(s.to_string())
+    } else {
+        Err("a lease name is a DNS subdomain: lower-case letters, digits, '-' and '.', at most 253 characters"
+            .to_string())
     }
 }
 
@@ -269,6 +342,13 @@ mod tests {
         assert_eq!(a.stuck_after, Duration::from_secs(90));
         assert_eq!(a.metrics_addr, Some(Listen(Some("127.0.0.1:9000".parse().unwrap()))));
         assert_eq!(parse(&["--resync", "0"]).unwrap().resync, Duration::ZERO);
+        let a = parse(&["--leader-elect", "--leader-elect-resource-namespace", "ops"]).unwrap();
+        assert!(a.leader_elect);
+        let s = Duration::from_secs;
+        let t = a.leader_timings().unwrap();
+        assert_eq!((t.lease_duration, t.renew_deadline, t.retry_period), (s(15), s(10), s(2)), "client-go's defaults");
+        assert_eq!((a.leader_elect_resource_name.as_str(), a.lease_namespace().as_str()), ("demo-controller", "ops"));
+        assert_eq!(parse(&[]).unwrap().lease_namespace(), "default", "outside a pod");
     }
 
     #[test]
@@ -315,7 +395,7 @@ mod tests {
             let words = arg.get_long_help().or(arg.get_help()).map(|h| h.to_string()).unwrap_or_default();
             assert!(!words.trim().is_empty(), "--{long} has no help text");
         }
-        assert!(flags >= 14, "only {flags} flags found");
+        assert!(flags >= 20, "only {flags} flags found");
         for builtin in ["--help", "--version"] {
             assert!(help.contains(builtin), "--help lacks {builtin}");
         }

@@ -73,11 +73,22 @@ pub struct Controller {
 }
 
 impl Controller {
-    pub fn new(api: Api<Pod>, watch: watcher::Config, mut settings: Settings) -> Arc<Controller> {
+    pub fn new(api: Api<Pod>, watch: watcher::Config, settings: Settings) -> Arc<Controller> {
+        Controller::with_gate(api, watch, settings, crate::leader::Gate::leading())
+    }
+
+    /// A controller whose lines pass `gate` (`--leader-elect`: see leader.rs).
+    pub fn with_gate(
+        api: Api<Pod>,
+        watch: watcher::Config,
+        mut settings: Settings,
+        gate: Arc<crate::leader::Gate>,
+    ) -> Arc<Controller> {
         let cache = Cache::new();
         let faults = Some(std::mem::take(&mut settings.faults)).filter(Faults::wraps_syncs);
         let selector = watch.label_selector.is_some().then(|| api.clone());
-        let worker = Worker::new(cache.clone(), settings.skip_existing, selector);
+        let mut worker = Worker::new(cache.clone(), settings.skip_existing, selector);
+        worker.gate = gate;
         let failed_in_drain = Default::default();
         Arc::new(Controller { faults, failed_in_drain, api, watch, cache, queue: Queue::new("pods"), worker, settings })
     }

@@ -15,7 +15,8 @@
 //! Around that core, one concept each: pod (what of a pod we keep and show),
 //! text (server text made safe for a line), describe (the words for what
 //! changed, as kubectl describe says it), cli
-//! (flags), client (kubeconfig and clear errors), logging, signals (and the
+//! (flags), client (kubeconfig and clear errors), leader (leader election
+//! and the warm standby), logging, signals (and the
 //! side thread that hears them), probes (/readyz, /healthz), metrics
 //! (/metrics), protobuf (pods in the API server's own format) and faults
 //! (the test seam).
@@ -27,6 +28,7 @@ pub mod describe;
 pub mod faults;
 pub mod informer;
 pub mod key;
+pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod pod;

@@ -10,6 +10,7 @@
 //!   list, when nothing was queued yet);
 //! - 1: it cannot run (bad kubeconfig, unknown context, server unreachable,
 //!   port in use...), with one line on stderr saying what and how to fix it;
+//!   or, with `--leader-elect`, it lost the lease (`lost the lease`);
 //! - 2: a bad flag (clap's usual code for a usage error);
 //! - 3: keys were left unsynced: the drain hit its time limit, or a key
 //!   whose sync had failed failed again on its last try during the drain
@@ -27,7 +28,7 @@ use tracing::{info, warn};
 
 use demo_controller::cli::Args;
 use demo_controller::controller::{Controller, Settings, Stopped};
-use demo_controller::{client, faults, logging, probes, signals};
+use demo_controller::{client, faults, leader, logging, probes, signals};
 
 /// Exit code of a shutdown that left keys unsynced (see the list above).
 const EXIT_UNSYNCED: u8 = 3;
@@ -57,9 +58,9 @@ fn main() -> ExitCode {
         // Start-up (connecting, checking the selector, binding the probes)
         // races the first signal: a server that never answers must not make
         // Ctrl-C wait for a timeout.
-        let controller = tokio::select! {
+        let (controller, elector) = tokio::select! {
             started = start(&args, &side) => match started {
-                Ok(controller) => controller,
+                Ok(started) => started,
                 Err(code) => return code,
             },
             Ok(signal) = signal => {
@@ -67,7 +68,32 @@ fn main() -> ExitCode {
                 return ExitCode::from(signal.exit_code());
             }
         };
-        match controller.run(shutdown).await {
+        let stopped = match elector {
+            None => controller.run(shutdown).await,
+            Some(mut elector) => {
+                let run = controller.run(shutdown.clone());
+                tokio::pin!(run);
+                // The election goes on through the drain: the lease is held
+                // until the last line, then released for the standby.
+                tokio::select! {
+                    stopped = &mut run => {
+                        elector.release().await;
+                        stopped
+                    }
+                    () = elector.run() => {
+                        // Lost: the gate is closed, no line follows. Exit as
+                        // client-go's OnStoppedLeading does, for the kubelet
+                        // to restart us as a standby: after a lost lease we
+                        // cannot tell what else was missed, and a fresh
+                        // start is the state every test has seen.
+                        shutdown.cancel();
+                        run.await;
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+        };
+        match stopped {
             Stopped::Drained => ExitCode::SUCCESS,
             Stopped::Unsynced { .. } => ExitCode::from(EXIT_UNSYNCED),
         }
@@ -75,10 +101,11 @@ fn main() -> ExitCode {
 }
 // ANCHOR_END: main
 
-/// Start-up: client, selector check, probes. A fatal problem is one line on
-/// stderr and exit code 1.
-async fn start(args: &Args, side: &tokio::runtime::Handle) -> Result<std::sync::Arc<Controller>, ExitCode> {
+/// Start-up: client, selector check, probes, and with `--leader-elect` the
+/// elector. A fatal problem is one line on stderr and exit code 1.
+async fn start(args: &Args, side: &tokio::runtime::Handle) -> Result<Started, ExitCode> {
     let client = client::connect(args.kubeconfig.clone(), args.context.clone()).await.map_err(fatal)?;
+    let leases = args.leader_elect.then(|| Api::namespaced(client.clone(), &args.lease_namespace()));
     let api: Api<Pod> = match &args.namespace {
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
@@ -115,10 +142,26 @@ async fn start(args: &Args, side: &tokio::runtime::Handle) -> Result<std::sync::
         wire = %settings.wire,
         "demo-controller starting"
     );
-    let controller = Controller::new(api, watch, settings);
+    let Some(leases) = leases else {
+        let controller = Controller::new(api, watch, settings);
+        probes::serve(side, args.probes(), args.metrics(), controller.queue(), args.stuck_after).map_err(fatal)?;
+        return Ok((controller, None));
+    };
+    // A candidate: every line passes the gate, closed until it leads.
+    let gate = leader::Gate::standby();
+    let controller = Controller::with_gate(api, watch, settings, gate.clone());
+    let timings = args.leader_timings().map_err(fatal)?; // checked at parse: cannot fail here
+    let elector = leader::Elector::new(leases, &args.leader_elect_resource_name, timings, gate, controller.queue());
+    info!(
+        identity = elector.identity(),
+        lease = format!("{}/{}", args.lease_namespace(), args.leader_elect_resource_name),
+        "leader election: logging once this replica holds the lease"
+    );
     probes::serve(side, args.probes(), args.metrics(), controller.queue(), args.stuck_after).map_err(fatal)?;
-    Ok(controller)
+    Ok((controller, Some(elector)))
 }
+
+type Started = (std::sync::Arc<Controller>, Option<leader::Elector>);
 
 /// One line on stderr, exit code 1: for what makes running pointless.
 fn fatal(err: impl std::fmt::Display) -> ExitCode {

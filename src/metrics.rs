@@ -45,6 +45,8 @@ struct Metrics {
     relists: Counter,
     resyncs: Counter,
     cache_pods: Gauge,
+    /// client-go's leader election gauge: 1 while leading, by lease name.
+    leader: Family<Labels, Gauge>,
 }
 
 /// client-go's buckets for both durations: ten buckets from 10 ns to 10 s,
@@ -69,6 +71,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         relists: Counter::default(),
         resyncs: Counter::default(),
         cache_pods: Gauge::default(),
+        leader: Family::default(),
         registry: Registry::default(),
     };
     registry.register("workqueue_depth", "Current depth of workqueue", m.depth.clone());
@@ -107,6 +110,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     );
     registry.register("demo_controller_resyncs", "Resync periods that re-queued every cached pod", m.resyncs.clone());
     registry.register("demo_controller_cache_pods", "Pods in the informer's cache", m.cache_pods.clone());
+    registry.register(
+        "leader_election_master_status",
+        "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+        m.leader.clone(),
+    );
     let event_kinds = ["onAdd", "onUpdate", "onDelete"]
         .into_iter()
         .map(|kind| (kind, m.events.get_or_create(&vec![("kind", kind.to_string())]).clone()))
@@ -186,6 +194,10 @@ pub fn relisted() {
 }
 pub fn resynced() {
     METRICS.resyncs.inc();
+}
+/// With `--leader-elect`: 1 while we hold the lease `name`, else 0.
+pub fn leader(name: &str, leading: bool) {
+    METRICS.leader.get_or_create(&vec![("name", name.to_string())]).set(i64::from(leading));
 }
 pub fn cache_pods(n: usize) {
     METRICS.cache_pods.set(n as i64);

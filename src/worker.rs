@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 
 use crate::informer::Cache;
 use crate::key::Key;
+use crate::leader::Verdict;
 use crate::pod::{Pod, PodState};
 use crate::text::{NAME_CHARS, cleaned};
 
@@ -75,7 +76,8 @@ pub struct Line {
     pub initial: bool,
     /// Why, when the event's kind alone would mislead (see [`log`]).
     pub reason: Option<&'static str>,
-    /// False when `--skip-existing` left it out.
+    /// False when `--skip-existing` left it out, or the leader election
+    /// (a standby, or a change the previous leader logged).
     pub shown: bool,
 }
 
@@ -101,6 +103,8 @@ pub struct Worker {
     /// "now matches the selector" rather than looking like a new pod.
     left: Mutex<LeftSelector>,
     skip_existing: bool,
+    /// Whose lines these are, with `--leader-elect` (see leader.rs).
+    pub gate: Arc<crate::leader::Gate>,
 }
 
 impl Worker {
@@ -111,6 +115,7 @@ impl Worker {
             selector,
             left: Mutex::new(LeftSelector::default()),
             skip_existing,
+            gate: crate::leader::Gate::leading(),
         }
     }
 
@@ -178,9 +183,14 @@ impl Worker {
                 _ => None,
             };
             let initial = matches!(&change, Change::Add(p) if snapshot.initial.contains(&p.uid));
-            let shown = !(initial && self.skip_existing);
+            // With --leader-elect, the gate says whose line it is (leader.rs).
+            let verdict = match initial && self.skip_existing {
+                true => Verdict::Silent,
+                false => self.gate.admit(key, &change, initial, reason),
+            };
+            let shown = verdict != Verdict::Silent;
             if shown {
-                log(key, &change, initial, reason);
+                log(key, &change, initial, reason, (verdict == Verdict::Replayed).then_some(true));
             }
             lines.push(Line { change, initial, reason, shown });
         }
@@ -278,7 +288,7 @@ impl LeftSelector {
 /// repeats the facts a log pipeline counts by as fields of their own, present
 /// only when the change names them: `reasons` (`OOMKilled`, `CrashLoopBackOff
 /// ImagePullBackOff`...) and `exit_code`.
-fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>) {
+pub(crate) fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>, replayed: Option<bool>) {
     // As the key prints them: cleaned (text.rs).
     let (ns, name) = (cleaned(&key.namespace, NAME_CHARS), cleaned(&key.name, NAME_CHARS));
     let (ns, name) = (ns.as_ref(), name.as_ref());
@@ -289,12 +299,12 @@ fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>) {
     });
     match (change, reason) {
         (Change::Add(p), _) if initial => {
-            info!(namespace = ns, name, uid = p.uid, phase = p.phase, initial_list = true, "onAdd: {key}")
+            info!(namespace = ns, name, uid = p.uid, phase = p.phase, replayed, initial_list = true, "onAdd: {key}")
         }
         (Change::Add(p), Some(reason)) => {
-            info!(namespace = ns, name, uid = p.uid, phase = p.phase, reason, "onAdd: {key}")
+            info!(namespace = ns, name, uid = p.uid, phase = p.phase, replayed, reason, "onAdd: {key}")
         }
-        (Change::Add(p), None) => info!(namespace = ns, name, uid = p.uid, phase = p.phase, "onAdd: {key}"),
+        (Change::Add(p), None) => info!(namespace = ns, name, uid = p.uid, phase = p.phase, replayed, "onAdd: {key}"),
         (Change::Update { old, new }, _) => {
             let diff = old.diff(new);
             info!(
@@ -302,6 +312,7 @@ fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>) {
                 name,
                 uid = new.uid,
                 phase = new.phase,
+                replayed,
                 changes = diff.text(),
                 reasons = diff.reasons().as_deref(),
                 exit_code = diff.exit_code,
@@ -309,9 +320,11 @@ fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>) {
             )
         }
         (Change::Delete(p), Some(reason)) => {
-            info!(namespace = ns, name, uid = p.uid, phase = p.phase, reason, "onDelete: {key}")
+            info!(namespace = ns, name, uid = p.uid, phase = p.phase, replayed, reason, "onDelete: {key}")
         }
-        (Change::Delete(p), None) => info!(namespace = ns, name, uid = p.uid, phase = p.phase, "onDelete: {key}"),
+        (Change::Delete(p), None) => {
+            info!(namespace = ns, name, uid = p.uid, phase = p.phase, replayed, "onDelete: {key}")
+        }
     }
 }
 

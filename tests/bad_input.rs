@@ -500,3 +500,28 @@ fn stuck_after_zero() {
         )
     );
 }
+
+#[test]
+fn leader_election_timings_checked_as_client_go_checks_them() {
+    assert_eq!(
+        run(&["--leader-elect", "--leader-elect-renew-deadline", "20s"], &[]),
+        (
+            2,
+            "error: --leader-elect-lease-duration must be greater than --leader-elect-renew-deadline (see demo-controller --help)".into()
+        )
+    );
+    assert_eq!(
+        run(&["--leader-elect", "--leader-elect-retry-period", "9s"], &[]),
+        (
+            2,
+            "error: --leader-elect-renew-deadline must be greater than 1.2 x --leader-elect-retry-period (see demo-controller --help)".into()
+        )
+    );
+    assert_eq!(
+        run(&["--leader-elect-retry-period", "0"], &[]),
+        (
+            2,
+            "error: invalid value '0' for '--leader-elect-retry-period <DURATION>': expected a duration above zero such as 2s, 10s or 15s (see demo-controller --help)".into()
+        )
+    );
+}

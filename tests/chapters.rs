@@ -572,3 +572,130 @@ async fn chapter5_controller_reconciles_each_pod_on_its_state_and_never_a_delete
     );
     book_output("ch5_controller_runtime", &ns, &out);
 }
+
+/// Chapter 6's short timings: lease 3s > renew deadline 2s > 1.2 x 500ms.
+const CH6_TIMINGS: [&str; 6] = ["--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms"];
+
+/// A replica of chapter 6 named `host` (its identity is `host_` and a
+/// random suffix, which `ch6_output` writes as `host`).
+fn ch6_replica(c: &Cluster, ns: &str, host: &str, pitfall: &[&str]) -> Logger {
+    let mut cmd = Command::new(chapter_bin("ch6_two_replicas"));
+    cmd.args(["-n", ns]).args(CH6_TIMINGS).args(pitfall);
+    cmd.env("KUBECONFIG", &c.kubeconfig).env("HOSTNAME", host).env_remove("RUST_LOG");
+    Logger::spawn(cmd, &[])
+}
+
+/// The replica's output with identities written as their host's name.
+fn ch6_output(replica: &Logger) -> Vec<String> {
+    output(replica)
+        .into_iter()
+        .map(|line| match line.find("replica-") {
+            Some(at) => {
+                let end = line[at..].find('_').map_or(line.len(), |u| at + u);
+                let tail = line[end..].trim_start_matches('_').trim_start_matches(|c: char| c.is_ascii_hexdigit());
+                format!("{}{tail}", &line[..end])
+            }
+            None => line,
+        })
+        .collect()
+}
+
+async fn ch6_wait(replica: &Logger, line: &str) {
+    let start = std::time::Instant::now();
+    while !ch6_output(replica).iter().any(|l| l == line) {
+        assert!(start.elapsed() < T, "timed out waiting for {line:?}\n{}", replica.dump());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Two replicas, A leading and B standing by, both synced.
+async fn ch6_two(c: &Cluster, ns: &str, a_pitfall: &[&str]) -> (Logger, Logger) {
+    let a = ch6_replica(c, ns, "replica-a", a_pitfall);
+    ch6_wait(&a, "became leader released=true").await;
+    ch6_wait(&a, "workers started").await;
+    let b = ch6_replica(c, ns, "replica-b", &[]);
+    ch6_wait(&b, "standing by: replica-a leads").await;
+    ch6_wait(&b, "workers started").await;
+    (a, b)
+}
+
+/// The start-up lines of the controller and of the election interleave in
+/// any order; the book shows the others.
+fn ch6_without_start_up(lines: Vec<String>) -> Vec<String> {
+    let start_up = ["waiting for the first list of pods (cache sync)", "cache synced", "workers started"];
+    lines.into_iter().filter(|l| !start_up.contains(&l.as_str())).collect()
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn chapter6_the_standby_takes_over_where_the_leader_stopped() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "ch6").await;
+    let (mut a, mut b) = ch6_two(&c, &ns, &[]).await;
+    create(&c.client, &ns, "kuard", &[]).await;
+    ch6_wait(&a, &format!("onAdd: {ns}/kuard")).await;
+    a.signal("TERM");
+    assert!(a.wait_exit(T).await.success(), "{}", a.dump());
+    ch6_wait(&b, "became leader released=true").await;
+    create(&c.client, &ns, "second", &[]).await;
+    ch6_wait(&b, &format!("onAdd: {ns}/second")).await;
+    b.signal("TERM");
+    assert!(b.wait_exit(T).await.success(), "{}", b.dump());
+    let (a_out, b_out) = (ch6_without_start_up(ch6_output(&a)), ch6_without_start_up(ch6_output(&b)));
+    let shutdown = ["shutting down: watch stopped, draining the queue", "shutdown complete", "released the lease"];
+    let lines = |first: &[String]| -> Vec<String> { first.iter().cloned().chain(shutdown.map(String::from)).collect() };
+    let a_expected = lines(&["became leader released=true".into(), format!("onAdd: {ns}/kuard")]);
+    assert_eq!(a_out, a_expected, "{}", a.dump());
+    let b_expected = lines(&[
+        "standing by: replica-a leads".into(),
+        "became leader released=true".into(),
+        format!("onAdd: {ns}/second"),
+    ]);
+    assert_eq!(b_out, b_expected, "{}", b.dump());
+    let book: Vec<String> =
+        [&["# replica-a".to_string()], &a_out[..], &["# replica-b".to_string()], &b_out[..]].concat();
+    book_output("ch6_two_replicas", &ns, &book);
+}
+
+/// A is stopped longer than the lease while B takes over; a pod is created;
+/// A resumes. Returns A's output and whether it exited.
+async fn ch6_paused_leader(a_pitfall: &[&str]) -> (String, Vec<String>, Option<i32>) {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "ch6-paused").await;
+    let (mut a, b) = ch6_two(&c, &ns, a_pitfall).await;
+    a.signal("STOP");
+    ch6_wait(&b, "became leader released=false").await;
+    create(&c.client, &ns, "during", &[]).await;
+    ch6_wait(&b, &format!("onAdd: {ns}/during")).await;
+    a.signal("CONT");
+    // A's elector and watch run again; a marker created now reaches A after
+    // `during` did, so once B logged it A has had its chance at `during`.
+    create(&c.client, &ns, "marker-after", &[]).await;
+    ch6_wait(&b, &format!("onAdd: {ns}/marker-after")).await;
+    let code = if a_pitfall.is_empty() {
+        Some(a.wait_exit(T).await.code().expect("exit code"))
+    } else {
+        ch6_wait(&a, &format!("onAdd: {ns}/marker-after")).await;
+        None
+    };
+    (ns, ch6_output(&a), code)
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn chapter6_a_paused_leader_stops_at_its_renew_deadline() {
+    let (ns, out, code) = ch6_paused_leader(&[]).await;
+    assert_eq!(code, Some(1), "{out:#?}");
+    assert!(out.contains(&"lost the lease: no renew within the renew deadline, exiting (exit code 1)".to_string()));
+    assert!(!out.contains(&format!("onAdd: {ns}/during")), "{out:#?}");
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn chapter6_pitfall_keep_logging_logs_what_the_new_leader_logs_too() {
+    let (ns, out, code) = ch6_paused_leader(&["--pitfall", "keep-logging"]).await;
+    assert_eq!(code, None, "it is still running");
+    // B logged `during` as the leader; A, resumed, believes it still leads.
+    assert!(out.contains(&format!("onAdd: {ns}/during")), "{out:#?}");
+    assert!(out.contains(&"standing by: replica-b leads".to_string()), "it even says who leads: {out:#?}");
+}

@@ -14,6 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -25,10 +26,10 @@ fn kinds(wanted: &[&str]) -> Vec<Value> {
     manifest().into_iter().filter(|o| wanted.contains(&o["kind"].as_str().unwrap_or_default())).collect()
 }
 
-/// The Namespace, ServiceAccount, ClusterRole and ClusterRoleBinding of
-/// demo-controller.yaml, applied for real; returns a token of that account.
+/// The Namespace, ServiceAccount and RBAC objects of demo-controller.yaml,
+/// applied for real; returns a token of that account.
 async fn install_rbac(c: &Cluster) -> String {
-    for object in kinds(&["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"]) {
+    for object in kinds(&["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]) {
         apply(&c.client, &object, false).await.unwrap_or_else(|e| panic!("apply {}: {e}", object["kind"]));
     }
     token(&c.client, "demo-controller", "demo-controller").await
@@ -62,7 +63,7 @@ async fn runs_in_cluster_with_the_manifest_rbac() {
     let port = url.rsplit(':').next().unwrap();
     let script = format!(
         "mount -t tmpfs tmpfs /run && mkdir -p {SA_DIR} && cp {stage}/token {stage}/ca.crt {stage}/namespace {SA_DIR}/ \
-         && exec \"$0\" --log-format json --probe-addr 0 --metrics-addr 0",
+         && exec \"$0\" --log-format json --probe-addr 0 --metrics-addr 0 --leader-elect",
         stage = stage.display()
     );
     // Run as an unprivileged user when we are root (as CI is) and the build
@@ -82,7 +83,17 @@ async fn runs_in_cluster_with_the_manifest_rbac() {
         .env("HOME", "/nonexistent")
         .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
         .env("KUBERNETES_SERVICE_PORT", port);
+    // A lease a killed run of this test left would make this one wait it out.
+    let leases = Api::<Lease>::namespaced(c.client.clone(), "demo-controller");
+    let _ = leases.delete("demo-controller", &DeleteParams::default()).await;
     let logger = Logger::spawn(cmd, &[]);
+    // The manifest's Role lets it take the Lease of its own namespace (read
+    // from the namespace file, as in a pod).
+    let leads = logger.wait_message("became leader", Duration::from_secs(30)).await;
+    assert_eq!(
+        leases.get("demo-controller").await.ok().and_then(|l| l.spec?.holder_identity),
+        leads["identity"].as_str().map(String::from)
+    );
     let synced = logger.synced().await;
     assert!(synced["pods"].as_u64().unwrap() >= 1, "{synced}");
     logger.wait_message(&format!("onAdd: {ns}/existing"), Duration::from_secs(30)).await;
@@ -120,6 +131,25 @@ async fn the_manifest_rbac_is_least_privilege() {
     assert!(forbidden(create.map(|_| ())), "it must not create pods");
     let delete = Api::<Pod>::namespaced(sa.clone(), &ns).delete("victim", &DeleteParams::default()).await;
     assert!(forbidden(delete.map(|_| ())), "it must not delete pods");
+    // Leases: its own, in its own namespace, and no other. Dry runs (the
+    // API server authorizes them as the real thing) leave the Lease another
+    // test's logger may hold alone; a 404 or 409 is past authorization too.
+    let allowed = |r: Result<Lease, kube::Error>| !forbidden(r.map(|_| ()));
+    let dry = PostParams { dry_run: true, ..Default::default() };
+    let lease = |name: &str| Lease {
+        metadata: kube::api::ObjectMeta { name: Some(name.into()), ..Default::default() },
+        spec: None,
+    };
+    let own = Api::<Lease>::namespaced(sa.clone(), "demo-controller");
+    assert!(allowed(own.create(&dry, &lease("demo-controller")).await), "it may create its lease");
+    assert!(allowed(own.get("demo-controller").await), "it may get its lease");
+    assert!(allowed(own.replace("demo-controller", &dry, &lease("demo-controller")).await), "it may update its lease");
+    assert!(!allowed(own.get("another").await), "it must not get another lease");
+    assert!(!allowed(own.replace("another", &dry, &lease("another")).await), "it must not update another lease");
+    let deleted = own.delete("demo-controller", &DeleteParams { dry_run: true, ..Default::default() }).await;
+    assert!(forbidden(deleted.map(|_| ())), "it must not delete its lease");
+    let elsewhere = Api::<Lease>::namespaced(sa.clone(), &ns);
+    assert!(!allowed(elsewhere.create(&dry, &lease("demo-controller")).await), "no leases in other namespaces");
 }
 
 #[ignore = "needs the local control plane: run `make test`"]
@@ -130,7 +160,10 @@ async fn every_object_of_the_manifest_passes_server_side_dry_run() {
     apply(&c.client, &kinds(&["Namespace"])[0], false).await.expect("namespace");
     let objects = manifest();
     let kinds: Vec<&str> = objects.iter().map(|o| o["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"]);
+    assert_eq!(
+        kinds,
+        ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment"]
+    );
     for object in &objects {
         apply(&c.client, object, true).await.unwrap_or_else(|e| panic!("dry-run of {} failed: {e}", object["kind"]));
     }

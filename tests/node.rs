@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
@@ -62,8 +63,9 @@ async fn apply_manifest(client: &Client) {
     }
 }
 
-/// The manifest applied unchanged and rolled out: the Deployment's one pod,
-/// Ready. Undoes what earlier tests changed (env, args) by applying again.
+/// The manifest applied unchanged and rolled out: the pod of the Deployment
+/// that leads, Ready. Undoes what earlier tests changed (env, args) by
+/// applying again.
 async fn deployed(client: &Client) -> Pod {
     apply_manifest(client).await;
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), NS);
@@ -71,7 +73,8 @@ async fn deployed(client: &Client) -> Pod {
     let template = common::manifest().into_iter().find(|o| o["kind"] == "Deployment").unwrap();
     let mut current = deploys.get("demo-controller").await.unwrap();
     let container = &current.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
-    if container.env.is_some() || container.args.as_ref().map(|a| a.len()) != Some(2) {
+    let args = template["spec"]["template"]["spec"]["containers"][0]["args"].as_array().map(Vec::len);
+    if container.env.is_some() || container.args.as_ref().map(|a| a.len()) != args {
         let spec = serde_json::to_value(&template["spec"]["template"]["spec"]["containers"]).unwrap();
         deploys
             .patch(
@@ -91,26 +94,50 @@ async fn deployed(client: &Client) -> Pod {
     rolled_out(client, current.metadata.generation.unwrap_or(0)).await
 }
 
-/// Waits until the Deployment has observed `generation` and its one pod is
-/// Ready (and the only pod); returns that pod.
+/// The manifest's replicas: a leader and a standby.
+const REPLICAS: i32 = 2;
+
+/// Waits until the Deployment has observed `generation`, its pods are Ready
+/// (and the only pods) and one of them holds the Lease; returns that one.
 async fn rolled_out(client: &Client, generation: i64) -> Pod {
-    let deploys: Api<Deployment> = Api::namespaced(client.clone(), NS);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    until("the Deployment to roll out", Duration::from_secs(120), || async {
-        let d = deploys.get("demo-controller").await.ok()?;
-        let status = d.status?;
-        let done = status.observed_generation? >= generation
-            && status.updated_replicas == Some(1)
-            && status.available_replicas == Some(1)
-            && status.replicas == Some(1);
-        if !done {
-            return None;
-        }
-        let list = pods.list(&ListParams::default()).await.ok()?;
-        let live: Vec<Pod> = list.items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
-        (live.len() == 1 && is_ready(&live[0])).then(|| live[0].clone())
-    })
-    .await
+    Pods::rolled_out(client, generation).await.leader
+}
+
+/// The Deployment's pods once rolled out: the leader and the standby.
+struct Pods {
+    leader: Pod,
+    standby: Pod,
+}
+
+impl Pods {
+    async fn rolled_out(client: &Client, generation: i64) -> Pods {
+        let deploys: Api<Deployment> = Api::namespaced(client.clone(), NS);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+        let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+        until("the Deployment to roll out and a pod to lead", Duration::from_secs(120), || async {
+            let d = deploys.get("demo-controller").await.ok()?;
+            let status = d.status?;
+            let done = status.observed_generation? >= generation
+                && status.updated_replicas == Some(REPLICAS)
+                && status.available_replicas == Some(REPLICAS)
+                && status.replicas == Some(REPLICAS);
+            if !done {
+                return None;
+            }
+            let list = pods.list(&ListParams::default()).await.ok()?;
+            let live: Vec<Pod> = list.items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+            if live.len() != REPLICAS as usize || !live.iter().all(is_ready) {
+                return None;
+            }
+            // The holder's identity is its pod's name, `_`, a random suffix.
+            let holder = leases.get("demo-controller").await.ok()?.spec?.holder_identity?;
+            let leads = |p: &Pod| p.metadata.name.as_ref().is_some_and(|n| holder.starts_with(&format!("{n}_")));
+            let leader = live.iter().find(|p| leads(p))?.clone();
+            let standby = live.into_iter().find(|p| !leads(p))?;
+            Some(Pods { leader, standby })
+        })
+        .await
+    }
 }
 
 fn is_ready(p: &Pod) -> bool {
@@ -504,7 +531,12 @@ async fn node_rollout_restart_drains_and_exits_zero_on_sigterm() {
         messages.contains(&"received SIGTERM: shutting down (send it again to exit at once)"),
         "the kubelet's SIGTERM: {messages:#?}"
     );
-    assert_eq!(messages.last(), Some(&"shutdown complete"), "{messages:#?}");
+    // The old pod led: it drained, then gave the Lease up for a standby.
+    assert_eq!(
+        messages[messages.len().saturating_sub(2)..],
+        ["shutdown complete", "released the lease"],
+        "{messages:#?}"
+    );
     rolled_out(&client, deploys.get("demo-controller").await.unwrap().metadata.generation.unwrap()).await;
 }
 
@@ -982,4 +1014,67 @@ async fn node_images_stand_ins_stay_in_the_projects_store_and_are_never_pushed()
         )),
         "{push:?}"
     );
+}
+
+#[tokio::test]
+#[ignore = "needs root and the local node: run `make test` as root"]
+async fn node_two_replicas_one_leads_and_deleting_its_pod_hands_over() {
+    let _turn = TURN.lock().await;
+    let client = admin().await;
+    deployed(&client).await;
+    // Rolled out already: any generation it observed will do.
+    let Pods { leader, standby } = Pods::rolled_out(&client, 0).await;
+    let (leader_name, standby_name) = (leader.metadata.name.clone().unwrap(), standby.metadata.name.clone().unwrap());
+    let ns = workload_namespace(&client, "handover").await;
+    let workload = |name: &str| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": { "name": name },
+            "spec": { "containers": [{ "name": "c", "image": "docker.io/library/busybox:local",
+                                       "imagePullPolicy": "Never", "command": ["sleep", "3600"] }] }
+        }))
+        .unwrap()
+    };
+    let workloads: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let logged = |lines: &[Value], message: &str| lines.iter().any(|l| l["message"] == message);
+
+    // The leader logs the first pod; the standby, which stands by for it, does not.
+    workloads.create(&PostParams::default(), &workload("first")).await.unwrap();
+    let first = format!("onAdd: {ns}/first");
+    until("the leader's onAdd", Duration::from_secs(60), || async {
+        logged(&log_of(&client, &leader_name, false).await, &first).then_some(())
+    })
+    .await;
+    let standing_by = log_of(&client, &standby_name, false).await;
+    assert!(
+        standing_by.iter().any(|l| l["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("standing by: ") && m.contains(&format!("{leader_name}_")))),
+        "{standing_by:#?}"
+    );
+
+    // `kubectl delete pod` of the leader: SIGTERM, drain, release; the
+    // standby leads at its next try and logs what follows, and nothing twice.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods.delete(&leader_name, &DeleteParams::default()).await.unwrap();
+    until("the standby to lead after a release", Duration::from_secs(60), || async {
+        let lines = log_of(&client, &standby_name, false).await;
+        lines.iter().any(|l| l["message"] == "became leader" && l["released"] == true).then_some(())
+    })
+    .await;
+    workloads.create(&PostParams::default(), &workload("second")).await.unwrap();
+    let second = format!("onAdd: {ns}/second");
+    let lines = until("the new leader's onAdd", Duration::from_secs(60), || async {
+        let lines = log_of(&client, &standby_name, false).await;
+        logged(&lines, &second).then_some(lines)
+    })
+    .await;
+    assert!(!logged(&lines, &first), "the first pod's onAdd was logged twice: {lines:#?}");
+    let events_before: Vec<&Value> = lines
+        .iter()
+        .take_while(|l| l["message"] != "became leader")
+        .filter(|l| l["message"].as_str().is_some_and(|m| m.starts_with("on")))
+        .collect();
+    assert!(events_before.is_empty(), "the standby logged: {events_before:#?}");
+    Api::<Namespace>::all(client.clone()).delete(&ns, &DeleteParams::default()).await.unwrap();
+    deployed(&client).await;
 }

@@ -82,7 +82,32 @@ fn make_deploy_can_substitute_the_image() {
     assert!(makefile.contains("IMAGE ?= demo-controller:dev"));
     assert!(makefile.contains("s|image: demo-controller:dev|image: $(IMAGE)|"));
     assert_eq!(deployment()["spec"]["template"]["spec"]["containers"][0]["image"], "demo-controller:dev");
-    assert_eq!(deployment()["spec"]["replicas"], 1, "two replicas would log every event twice");
+}
+
+#[test]
+fn two_replicas_elect_a_leader_on_a_lease_of_their_own_namespace() {
+    let spec = &deployment()["spec"];
+    assert_eq!(spec["replicas"], 2, "a leader and a standby");
+    let args = &spec["template"]["spec"]["containers"][0]["args"];
+    assert!(args.as_array().unwrap().contains(&"--leader-elect".into()), "two replicas without election log twice");
+    assert_eq!(spec["strategy"]["rollingUpdate"]["maxUnavailable"], 0, "a rollout keeps a standby");
+    // Least privilege: the Lease's rules in a Role of the namespace, get
+    // and update on the one lease by name, and no cluster-wide rule on leases.
+    let objects = common::manifest();
+    let role = objects.iter().find(|o| o["kind"] == "Role").expect("a Role");
+    assert_eq!(role["metadata"]["namespace"], "demo-controller");
+    let rules = role["rules"].as_array().unwrap();
+    let named = rules.iter().find(|r| r["resourceNames"].is_array()).expect("a rule by name");
+    assert_eq!(
+        (&named["resourceNames"][0], &named["verbs"]),
+        (&"demo-controller".into(), &serde_json::json!(["get", "update"]))
+    );
+    assert!(rules.iter().all(|r| r["resources"] == serde_json::json!(["leases"])));
+    let cluster_role = objects.iter().find(|o| o["kind"] == "ClusterRole").expect("a ClusterRole");
+    assert_eq!(cluster_role["rules"].as_array().unwrap().len(), 1, "pods only, cluster-wide");
+    let binding = objects.iter().find(|o| o["kind"] == "RoleBinding").expect("a RoleBinding");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(binding["subjects"][0]["name"], "demo-controller");
 }
 
 #[test]

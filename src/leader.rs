@@ -1,0 +1,689 @@
+//! Leader election on a coordination.k8s.io/v1 Lease, with a warm standby
+//! that resumes where the leader stopped.
+//!
+//! Two replicas of a logger log every event twice; one replica leaves a gap
+//! whenever its pod is replaced. So every replica runs the informer and the
+//! workers, and one of them, the holder of the Lease, writes the lines. The
+//! election is client-go's `tools/leaderelection`, in its rules and its
+//! flags (see cli.rs): optimistic concurrency on the Lease's
+//! resourceVersion, a renew every retry period, no line after the renew
+//! deadline passed without a renew, the lease released after the drain of a
+//! graceful shutdown.
+//!
+//! What client-go has no word for is where the new leader starts. Here the
+//! leader writes, with every renew, the resourceVersion of pods up to which
+//! it has logged ([`MARK`]). A standby's worker takes every change in, as
+//! the leader's does, and hands its line to the [`Gate`], which keeps it
+//! until the mark covers it. Once the standby leads, it logs the lines it
+//! kept past the mark. After a graceful handoff the mark is exact: nothing
+//! twice, nothing lost. After a crash the mark is up to one retry period
+//! old, so the kept lines may have been logged already: they say
+//! `replayed=true`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Api;
+use kube::api::PostParams;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::key::Key;
+use crate::queue::Queue;
+use crate::worker::Change;
+
+/// The annotation on the Lease that carries the leader's progress: every pod
+/// change up to this resourceVersion has been logged (or was in the first
+/// list of a logger that did not lead).
+pub const MARK: &str = "demo-controller.example.com/logged-up-to";
+
+/// client-go's `JitterFactor`: the renew deadline must leave room for one
+/// retry period stretched by this much.
+pub const JITTER_FACTOR: f64 = 1.2;
+
+/// The timings, as client-go's `LeaderElectionConfig` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timings {
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl Timings {
+    /// client-go's `NewLeaderElector` checks, in its order, with the flags'
+    /// names: a standby may take the lease `lease_duration` after its last
+    /// renew, so the leader must have stopped by then (`renew_deadline`), and
+    /// that deadline must leave room for at least one retry.
+    pub fn check(self) -> Result<Timings, String> {
+        let Timings { lease_duration, renew_deadline, retry_period } = self;
+        if lease_duration <= renew_deadline {
+            return Err("--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline".into());
+        }
+        if renew_deadline.as_secs_f64() <= JITTER_FACTOR * retry_period.as_secs_f64() {
+            return Err("--leader-elect-renew-deadline must be greater than 1.2 x --leader-elect-retry-period".into());
+        }
+        if retry_period.is_zero() {
+            return Err("--leader-elect-retry-period must be greater than zero".into());
+        }
+        Ok(self)
+    }
+}
+
+/// The identity written as the holder: the pod's name (HOSTNAME in a pod)
+/// and a random suffix, so a restarted container is a new candidate, as in
+/// client-go's usual `hostname + "_" + uuid`.
+pub fn identity() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let host = std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "demo-controller".into());
+    // RandomState is seeded from the OS's randomness: 64 random bits, no crate.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    format!("{host}_{:08x}", hasher.finish() as u32)
+}
+
+/// The part of a Lease the election reads (client-go's LeaderElectionRecord).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Record {
+    /// The Lease's resourceVersion: any write changes it, so a record that
+    /// kept it has not been renewed (client-go compares the raw record).
+    pub version: String,
+    pub holder: String,
+    pub lease_duration: Duration,
+    pub transitions: i32,
+    /// The leader's [`MARK`], if it wrote one.
+    pub mark: Option<u64>,
+}
+
+impl Record {
+    pub fn of(lease: &Lease) -> Record {
+        let spec = lease.spec.clone().unwrap_or_default();
+        Record {
+            version: lease.metadata.resource_version.clone().unwrap_or_default(),
+            holder: spec.holder_identity.unwrap_or_default(),
+            lease_duration: Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64),
+            transitions: spec.lease_transitions.unwrap_or(0),
+            mark: lease.metadata.annotations.as_ref().and_then(|a| a.get(MARK)).and_then(|m| m.parse().ok()),
+        }
+    }
+}
+
+/// What to do with the Lease after one read of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// There is none: create it, held by us.
+    Create,
+    /// Free or expired: take it (one more leader transition).
+    Take { transitions: i32 },
+    /// Ours: renew it.
+    Renew { transitions: i32 },
+    /// Someone else holds it and renewed it within its lease duration.
+    Wait { holder: String },
+}
+
+// ANCHOR: decide
+/// client-go's `tryAcquireOrRenew`, the decision without the API calls.
+///
+/// Expiry is measured on *our* clock, from when we first saw the record as
+/// it is now (`observed`): clocks of two machines are never compared, and a
+/// holder that keeps renewing keeps changing the record, so it never expires.
+#[derive(Debug, Default)]
+pub struct Observer {
+    observed: Option<(Record, Instant)>,
+}
+
+impl Observer {
+    pub fn step(&mut self, me: &str, lease: Option<&Record>, now: Instant) -> Step {
+        let Some(record) = lease else { return Step::Create };
+        if self.observed.as_ref().is_none_or(|(seen, _)| seen != record) {
+            self.observed = Some((record.clone(), now));
+        }
+        let since = self.observed.as_ref().map_or(now, |(_, at)| *at);
+        let valid = since + record.lease_duration > now;
+        if !record.holder.is_empty() && record.holder != me && valid {
+            return Step::Wait { holder: record.holder.clone() };
+        }
+        if record.holder == me {
+            Step::Renew { transitions: record.transitions }
+        } else {
+            Step::Take { transitions: record.transitions + 1 }
+        }
+    }
+}
+// ANCHOR_END: decide
+
+/// How a line passes the gate (see [`Gate::admit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Log it.
+    Log,
+    /// No line now: the leader logged it, or we stand by (then the gate
+    /// keeps the line until the leader's mark passes it or we lead).
+    Silent,
+    /// Log it with `replayed=true`: a leader that died may have logged it.
+    Replayed,
+}
+
+#[derive(Debug)]
+enum Role {
+    /// Lines are written, but none up to `mark` (the previous leader's), and
+    /// none after `until`: the renew deadline after the last renew.
+    Leading { mark: Option<u64>, until: Option<Instant> },
+    /// No line. Those past `mark` wait in `pending`.
+    Standby { mark: Option<u64> },
+}
+
+/// A line a standby kept: past the leader's mark when its worker took the
+/// change in.
+#[derive(Debug)]
+pub struct Pending {
+    pub key: Key,
+    pub change: Change,
+    pub initial: bool,
+    pub reason: Option<&'static str>,
+    version: Option<u64>,
+}
+
+#[derive(Debug)]
+struct GateState {
+    role: Role,
+    /// A standby's lines past the mark, in the order its workers took them.
+    pending: std::collections::VecDeque<Pending>,
+    /// The highest resourceVersion a sync took in (logged or silent).
+    taken: Option<u64>,
+}
+
+/// Lines a standby keeps at most. A leader renews its mark every retry
+/// period, which drops what it covers, so only a lease whose holder writes
+/// no mark (not a demo-controller) fills this; past it the oldest go.
+pub const PENDING_CAP: usize = 100_000;
+
+fn version(change: &Change) -> Option<u64> {
+    match change {
+        Change::Add(p) | Change::Delete(p) | Change::Update { new: p, .. } => p.resource_version.parse().ok(),
+    }
+}
+
+/// Whether `mark` covers a change at `version` (a version that is not a
+/// number is never covered: logged rather than lost).
+fn covers(mark: Option<u64>, version: Option<u64>) -> bool {
+    matches!((version, mark), (Some(v), Some(m)) if v <= m)
+}
+
+// ANCHOR: gate
+/// The one question a worker asks before it logs a line: whose line is it?
+///
+/// A standby's worker takes every change in as it comes, exactly as the
+/// leader's does (so its memory of each pod follows the leader's, and an
+/// update is an update, not an add, when it leads); the line goes to the
+/// gate instead of the log, and waits there until the leader's mark covers
+/// it (dropped: the leader logged it) or we lead (logged).
+#[derive(Debug)]
+pub struct Gate {
+    state: Mutex<GateState>,
+}
+
+impl Gate {
+    /// A logger without `--leader-elect`: it always leads, from nothing.
+    pub fn leading() -> Arc<Gate> {
+        Gate::new(Role::Leading { mark: None, until: None })
+    }
+
+    /// A candidate starts as a standby that has heard of no mark yet.
+    pub fn standby() -> Arc<Gate> {
+        Gate::new(Role::Standby { mark: None })
+    }
+
+    fn new(role: Role) -> Arc<Gate> {
+        let pending = Default::default();
+        Arc::new(Gate { state: Mutex::new(GateState { role, pending, taken: None }) })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A worker has a line for `change` of `key`: log it or not?
+    pub fn admit(&self, key: &Key, change: &Change, initial: bool, reason: Option<&'static str>) -> Verdict {
+        let mut state = self.lock();
+        let version = version(change);
+        state.taken = state.taken.max(version);
+        match state.role {
+            Role::Leading { mark, .. } if covers(mark, version) => Verdict::Silent,
+            // Past the renew deadline another may lead: checked here, at the
+            // line, not only when the elector next wakes up (a process that
+            // was paused resumes its workers and its elector in any order).
+            Role::Leading { until: Some(until), .. } if Instant::now() >= until => Verdict::Silent,
+            Role::Leading { .. } => Verdict::Log,
+            Role::Standby { mark } => {
+                if !covers(mark, version) {
+                    if state.pending.len() == PENDING_CAP {
+                        state.pending.pop_front();
+                    }
+                    let (key, change) = (key.clone(), change.clone());
+                    state.pending.push_back(Pending { key, change, initial, reason, version });
+                }
+                Verdict::Silent
+            }
+        }
+    }
+    // ANCHOR_END: gate
+
+    /// The highest resourceVersion taken in so far: the mark to write, when
+    /// nothing is queued or in flight (see [`Elector::progress`]).
+    pub fn taken(&self) -> Option<u64> {
+        self.lock().taken
+    }
+
+    pub fn is_leading(&self) -> bool {
+        matches!(self.lock().role, Role::Leading { .. })
+    }
+
+    /// A standby heard of the leader's mark: the lines it covers go.
+    fn follow(&self, mark: Option<u64>) {
+        let mut state = self.lock();
+        if let Role::Standby { mark: old } = state.role
+            && mark > old
+        {
+            state.role = Role::Standby { mark };
+            state.pending.retain(|p| !covers(mark, p.version));
+        }
+    }
+
+    /// A renew that started at `started` succeeded: lines until the renew
+    /// deadline after it.
+    fn renewed(&self, until: Instant) {
+        if let Role::Leading { until: old, .. } = &mut self.lock().role {
+            *old = Some(until);
+        }
+    }
+
+    /// We lead from the lease's `mark`, until `until` unless renewed:
+    /// returns the kept lines it does not cover, to log now, before any other.
+    fn lead(&self, mark: Option<u64>, until: Instant) -> Vec<Pending> {
+        let mut state = self.lock();
+        state.role = Role::Leading { mark, until: Some(until) };
+        state.pending.drain(..).filter(|p| !covers(mark, p.version)).collect()
+    }
+
+    /// No more lines, from now on.
+    fn stop(&self) {
+        self.lock().role = Role::Standby { mark: None };
+    }
+}
+
+/// The elector: one candidate for the Lease `name` in its namespace.
+pub struct Elector {
+    api: Api<Lease>,
+    name: String,
+    me: String,
+    timings: Timings,
+    gate: Arc<Gate>,
+    queue: Arc<Queue<Key>>,
+    observer: Observer,
+    /// The mark we last wrote (kept while the queue is busy).
+    mark: Option<u64>,
+    /// The holder we last said we stand by for (said once per holder).
+    standing_by: Option<String>,
+    failing: bool,
+    /// When the current try started: a renew deadline runs from there.
+    attempt: Instant,
+}
+
+impl Elector {
+    pub fn new(api: Api<Lease>, name: &str, timings: Timings, gate: Arc<Gate>, queue: Arc<Queue<Key>>) -> Elector {
+        Elector {
+            api,
+            name: name.to_string(),
+            me: identity(),
+            timings,
+            gate,
+            queue,
+            observer: Observer::default(),
+            mark: None,
+            standing_by: None,
+            failing: false,
+            attempt: Instant::now(),
+        }
+    }
+
+    pub fn identity(&self) -> &str {
+        &self.me
+    }
+
+    /// The mark to write: what was taken in, once nothing is queued or in
+    /// flight. (On the one thread the informer applies a change and queues
+    /// its key in one step, so an empty queue means every change it applied
+    /// was synced, but for a key waiting out a retry's backoff: here only
+    /// the test seam makes a sync fail.) While keys wait, the last mark
+    /// stands: a mark may lag, never run ahead of the log.
+    fn progress(&mut self) -> Option<u64> {
+        if self.queue.is_empty() && self.queue.in_flight().is_empty() {
+            self.mark = self.mark.max(self.gate.taken());
+        }
+        self.mark
+    }
+
+    // ANCHOR: run
+    /// Stands by, leads, renews; returns only when the lease is lost (the
+    /// program drops this future at its shutdown, then [`Elector::release`]s).
+    pub async fn run(&mut self) {
+        let mut last_renew = Instant::now();
+        let mut ticker = tokio::time::interval(self.timings.retry_period);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let leading = self.gate.is_leading();
+            let started = Instant::now();
+            self.attempt = started;
+            // A renew that does not answer must not carry us past the
+            // deadline: each try gets what is left of it.
+            let left = if leading {
+                self.timings.renew_deadline.saturating_sub(last_renew.elapsed())
+            } else {
+                self.timings.renew_deadline
+            };
+            match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
+                Ok(Ok(true)) => {
+                    // Measured from before the write: others count the
+                    // lease duration from when they saw it, later.
+                    last_renew = started;
+                    self.gate.renewed(started + self.timings.renew_deadline);
+                    self.failing = false;
+                }
+                Ok(Ok(false)) => {}
+                Ok(Err(err)) if !self.failing => {
+                    self.failing = true;
+                    warn!(lease = self.name, "cannot reach the lease (retrying every retry period): {err}");
+                }
+                Err(_) if !self.failing => {
+                    self.failing = true;
+                    warn!(lease = self.name, "cannot reach the lease (retrying every retry period): no answer in time");
+                }
+                Ok(Err(_)) | Err(_) => {}
+            }
+            if leading && last_renew.elapsed() >= self.timings.renew_deadline {
+                // No line after this one: the gate closes before a standby
+                // can take the lease (renew deadline < lease duration).
+                self.gate.stop();
+                crate::metrics::leader(&self.name, false);
+                warn!(lease = self.name, "lost the lease: no renew within the renew deadline, exiting (exit code 1)");
+                return;
+            }
+        }
+    }
+    // ANCHOR_END: run
+
+    /// One read of the lease and the write it calls for. `Ok(true)`: we hold
+    /// it now.
+    async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
+        let lease = match self.api.get_opt(&self.name).await? {
+            Some(lease) => lease,
+            None => {
+                self.observer.step(&self.me, None, Instant::now());
+                let lease = self.lease(Lease::default(), 0);
+                return match self.api.create(&PostParams::default(), &lease).await {
+                    Ok(_) => Ok(self.became_leader(None, true)),
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(false), // another candidate was faster
+                    Err(e) => Err(e),
+                };
+            }
+        };
+        let record = Record::of(&lease);
+        match self.observer.step(&self.me, Some(&record), Instant::now()) {
+            Step::Create => Ok(false),
+            Step::Wait { holder } => {
+                if self.standing_by.as_ref() != Some(&holder) {
+                    info!(holder, "standing by: {holder} leads");
+                    self.standing_by = Some(holder);
+                }
+                self.gate.follow(record.mark);
+                Ok(false)
+            }
+            Step::Renew { transitions } | Step::Take { transitions } => {
+                let taking = !self.gate.is_leading();
+                let lease = self.lease(lease, transitions);
+                match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+                    Ok(_) if taking => Ok(self.became_leader(record.mark, record.holder.is_empty())),
+                    Ok(_) => Ok(true),
+                    // The resourceVersion moved: someone wrote first.
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+
+    fn became_leader(&mut self, mark: Option<u64>, released: bool) -> bool {
+        self.mark = mark;
+        let kept = self.gate.lead(mark, self.attempt + self.timings.renew_deadline);
+        crate::metrics::leader(&self.name, true);
+        info!(identity = self.me, resumes_after = mark, released, kept = kept.len(), "became leader");
+        // What we took in past the mark: after a release the leader had
+        // stopped watching before it wrote the mark, so none of it was
+        // logged; after a crash any of it may have been.
+        for p in kept {
+            crate::worker::log(&p.key, &p.change, p.initial, p.reason, (!released).then_some(true));
+        }
+        true
+    }
+
+    /// `lease` held by us, renewed now, with our progress.
+    fn lease(&mut self, mut lease: Lease, transitions: i32) -> Lease {
+        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        if spec.holder_identity.as_deref() != Some(&self.me) {
+            spec.acquire_time = Some(now.clone());
+        }
+        spec.holder_identity = Some(self.me.clone());
+        spec.lease_duration_seconds = Some(self.timings.lease_duration.as_secs().max(1) as i32);
+        spec.renew_time = Some(now);
+        spec.lease_transitions = Some(transitions);
+        self.write_mark(&mut lease.metadata);
+        lease
+    }
+
+    fn write_mark(&mut self, meta: &mut ObjectMeta) {
+        if meta.name.is_none() {
+            meta.name = Some(self.name.clone());
+        }
+        if let Some(mark) = self.progress() {
+            meta.annotations.get_or_insert_with(Default::default).insert(MARK.into(), mark.to_string());
+        }
+    }
+
+    /// After the drain: give the lease up with the final mark, so a standby
+    /// takes it at its next retry instead of waiting out the lease duration
+    /// (client-go's `ReleaseOnCancel`). Best effort: if it fails, the lease
+    /// expires.
+    pub async fn release(&mut self) {
+        if !self.gate.is_leading() {
+            return;
+        }
+        let deadline = self.timings.renew_deadline;
+        let released = async {
+            let Some(mut lease) = self.api.get_opt(&self.name).await? else { return Ok(false) };
+            if Record::of(&lease).holder != self.me {
+                return Ok(false);
+            }
+            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+            spec.holder_identity = None;
+            spec.lease_duration_seconds = Some(1);
+            spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+            self.write_mark(&mut lease.metadata);
+            self.api.replace(&self.name, &PostParams::default(), &lease).await.map(|_| true)
+        };
+        match tokio::time::timeout(deadline, released).await {
+            Ok(Ok(true)) => {
+                crate::metrics::leader(&self.name, false);
+                info!(lease = self.name, logged_up_to = self.mark, "released the lease")
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(err)) => warn!(lease = self.name, "cannot release the lease, it will expire: {err}"),
+            Err(_) => warn!(lease = self.name, "cannot release the lease in time, it will expire"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::PodState;
+
+    // client-go's tools/leaderelection tests, translated: the same cases,
+    // on the decision alone ("baz" is us, "bing" another candidate).
+
+    fn held_by(holder: &str) -> Record {
+        Record {
+            version: "1".into(),
+            holder: holder.into(),
+            lease_duration: Duration::from_secs(15),
+            ..Default::default()
+        }
+    }
+
+    fn after(observed: Option<(Record, Instant)>, lease: Option<&Record>, now: Instant) -> Step {
+        Observer { observed }.step("baz", lease, now)
+    }
+
+    #[test]
+    fn acquire_from_no_object() {
+        assert_eq!(after(None, None, Instant::now()), Step::Create);
+    }
+
+    #[test]
+    fn acquire_from_object_without_a_record() {
+        assert_eq!(after(None, Some(&Record::default()), Instant::now()), Step::Take { transitions: 1 });
+    }
+
+    #[test]
+    fn acquire_from_led_object_once_its_lease_duration_passed() {
+        let now = Instant::now();
+        let record = Record { lease_duration: Duration::from_secs(3), ..held_by("bing") };
+        let mut observer = Observer::default();
+        assert_eq!(observer.step("baz", Some(&record), now), Step::Wait { holder: "bing".into() });
+        assert_eq!(observer.step("baz", Some(&record), now + Duration::from_secs(3)), Step::Take { transitions: 1 });
+    }
+
+    #[test]
+    fn acquire_from_unled_object() {
+        assert_eq!(after(None, Some(&held_by("")), Instant::now()), Step::Take { transitions: 1 });
+    }
+
+    #[test]
+    fn acquire_from_led_unacked_object() {
+        // Seen long ago and not renewed since: expired.
+        let now = Instant::now() + Duration::from_secs(3600);
+        let past = now - Duration::from_secs(1800);
+        assert_eq!(after(Some((held_by("bing"), past)), Some(&held_by("bing")), now), Step::Take { transitions: 1 });
+    }
+
+    #[test]
+    fn acquire_from_empty_led_acked_object() {
+        let now = Instant::now();
+        let future = now + Duration::from_secs(3600);
+        assert_eq!(after(Some((held_by(""), future)), Some(&held_by("")), now), Step::Take { transitions: 1 });
+    }
+
+    #[test]
+    fn dont_acquire_from_led_acked_object() {
+        let now = Instant::now();
+        let future = now + Duration::from_secs(3600);
+        let step = after(Some((held_by("bing"), future)), Some(&held_by("bing")), now);
+        assert_eq!(step, Step::Wait { holder: "bing".into() });
+    }
+
+    #[test]
+    fn renew_already_acquired_object() {
+        let now = Instant::now();
+        let ours = Record { transitions: 4, ..held_by("baz") };
+        assert_eq!(after(Some((ours.clone(), now)), Some(&ours), now), Step::Renew { transitions: 4 });
+    }
+
+    #[test]
+    fn a_holder_that_keeps_renewing_never_expires() {
+        let start = Instant::now();
+        let mut observer = Observer::default();
+        for i in 0..20u64 {
+            let record = Record { version: i.to_string(), ..held_by("bing") };
+            let now = start + Duration::from_secs(10 * i);
+            assert_eq!(observer.step("baz", Some(&record), now), Step::Wait { holder: "bing".into() });
+        }
+    }
+
+    #[test]
+    fn config_validation() {
+        let s = Duration::from_secs;
+        let t = |l, r, p| Timings { lease_duration: l, renew_deadline: r, retry_period: p }.check();
+        assert!(t(s(15), s(10), s(2)).is_ok(), "client-go's defaults");
+        assert_eq!(
+            t(s(10), s(10), s(2)).unwrap_err(),
+            "--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline"
+        );
+        assert_eq!(
+            t(s(15), s(12), s(10)).unwrap_err(),
+            "--leader-elect-renew-deadline must be greater than 1.2 x --leader-elect-retry-period"
+        );
+        // The jitter's edge: 1.2 x 5s is 6s, not less than the deadline.
+        assert!(t(s(15), s(6), s(5)).is_err());
+        assert_eq!(t(s(15), s(10), s(0)).unwrap_err(), "--leader-elect-retry-period must be greater than zero");
+    }
+
+    fn add(rv: &str) -> Change {
+        Change::Add(PodState { uid: "u".into(), resource_version: rv.into(), ..Default::default() })
+    }
+
+    fn key(name: &str) -> Key {
+        Key { namespace: "ns".into(), name: name.into() }
+    }
+
+    fn kept(lines: Vec<Pending>) -> Vec<Option<u64>> {
+        lines.into_iter().map(|p| p.version).collect()
+    }
+
+    #[test]
+    fn a_standby_keeps_what_the_leader_has_not_logged_yet() {
+        let gate = Gate::standby();
+        assert_eq!(gate.admit(&key("a"), &add("5"), false, None), Verdict::Silent, "a standby never logs");
+        assert_eq!(gate.admit(&key("b"), &add("7"), false, None), Verdict::Silent);
+        gate.follow(Some(5)); // the leader logged up to 5
+        gate.follow(Some(4)); // an older mark changes nothing
+        assert_eq!(gate.admit(&key("c"), &add("3"), false, None), Verdict::Silent, "a late change the mark covers");
+        // A graceful handoff: the released lease's mark is exact.
+        let until = Instant::now() + Duration::from_secs(60);
+        assert_eq!(kept(gate.lead(Some(6), until)), vec![Some(7)]);
+        assert_eq!(gate.admit(&key("d"), &add("6"), false, None), Verdict::Silent, "the old leader's");
+        assert_eq!(gate.admit(&key("d"), &add("8"), false, None), Verdict::Log);
+    }
+
+    #[test]
+    fn a_version_that_is_not_a_number_is_never_covered() {
+        let gate = Gate::standby();
+        gate.admit(&key("a"), &add("x"), false, None);
+        gate.follow(Some(u64::MAX));
+        assert_eq!(kept(gate.lead(Some(u64::MAX), Instant::now() + Duration::from_secs(60))), vec![None]);
+        assert_eq!(gate.admit(&key("a"), &add("y"), false, None), Verdict::Log);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_past_its_renew_deadline_writes_no_line() {
+        let gate = Gate::standby();
+        gate.lead(None, Instant::now() + Duration::from_secs(2));
+        assert_eq!(gate.admit(&key("a"), &add("1"), false, None), Verdict::Log);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        gate.renewed(Instant::now() + Duration::from_secs(2));
+        tokio::time::advance(Duration::from_millis(1999)).await;
+        assert_eq!(gate.admit(&key("a"), &add("2"), false, None), Verdict::Log, "renewed in time");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(gate.admit(&key("a"), &add("3"), false, None), Verdict::Silent, "the deadline passed");
+    }
+
+    #[test]
+    fn without_election_every_change_is_logged() {
+        let gate = Gate::leading();
+        assert_eq!(gate.admit(&key("a"), &add("1"), false, None), Verdict::Log);
+        gate.stop();
+        assert_eq!(gate.admit(&key("a"), &add("2"), false, None), Verdict::Silent, "a lost lease: no line");
+    }
+}
