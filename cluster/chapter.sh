@@ -52,4 +52,4 @@ step "examples/$example.rs (cargo build --example $example)" "chapter-build" car
 log "running examples/$example.rs -n $ns ${ARGS:-}  (Ctrl-C stops it; the control plane stays up: make cluster-down)"
 export KUBECONFIG=$dir/kubeconfig
 # shellcheck disable=SC2086 # ARGS: the learner's flags, split as a shell would
-exec target/debug/examples/"$example" -n "$ns" ${ARGS:-}
+exec "${CARGO_TARGET_DIR:-target}/debug/examples/$example" -n "$ns" ${ARGS:-}
