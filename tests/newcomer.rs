@@ -216,3 +216,45 @@ async fn make_chapter_1_prints_first_the_command_that_makes_a_pod_appear_in_it()
     let _ = child.wait();
     assert!(seen.iter().any(|l| l.starts_with("Apply: play/kuard rv=")), "{seen:?}");
 }
+
+#[tokio::test]
+#[ignore = "needs the local control plane: run `make test`"]
+async fn ctrl_c_in_make_demo_on_a_kind_context_deletes_its_namespace() {
+    use std::os::unix::process::CommandExt;
+    let cluster = cluster().await;
+    let kc = renamed_kubeconfig(&cluster.dir, "newcomer-ctrl-c", "kind-learner");
+    let mut cmd = script(&["cluster/demo.sh"], &[("KUBECONFIG", kc.to_str().unwrap()), ("CONTEXT", "kind-learner")]);
+    // A process group of its own, as a terminal's foreground job is: Ctrl-C
+    // sends SIGINT to all of it.
+    let mut child = cmd.stdout(Stdio::piped()).process_group(0).spawn().expect("start cluster/demo.sh");
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let out = child.stdout.take().expect("stdout");
+    let seen = lines.clone();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            seen.lock().expect("lines").push(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !lines.lock().expect("lines").iter().any(|l| l.contains("onAdd: demo-controller-")) {
+        assert!(Instant::now() < deadline, "no onAdd in:\n{}", lines.lock().expect("lines").join("\n"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let group = format!("-{}", child.id());
+    let sent = Command::new("kill").args(["-INT", "--", &group]).status().expect("run kill");
+    assert!(sent.success());
+    let status = child.wait().expect("wait for cluster/demo.sh");
+    reader.join().expect("reader");
+    let all = lines.lock().expect("lines").join("\n");
+    assert_eq!(status.code(), Some(130), "{all}");
+    let ns = all
+        .split("kubectl create namespace ")
+        .nth(1)
+        .and_then(|rest| rest.split('\u{1b}').next())
+        .unwrap_or_else(|| panic!("no namespace created:\n{all}"))
+        .to_owned();
+    match Api::<Namespace>::all(cluster.client.clone()).get_opt(&ns).await.expect("get namespace") {
+        None => {}
+        Some(n) => assert!(n.metadata.deletion_timestamp.is_some(), "namespace {ns} was not deleted:\n{all}"),
+    }
+}
