@@ -233,11 +233,16 @@ claim_dir() {
 # status is returned. The log is written in step_logs, a directory made like
 # the caches (make_dirs: `mkdir -m 700`, every level checked), first under a
 # name of its own (mktemp), then renamed to NAME.log, the newest of its kind.
+# When that directory cannot be made (a cache another user could change),
+# CMD runs as it is, its output not hidden: CMD refuses that cache itself,
+# in its own one line.
 step() {
 	local label=$1 name=$2 t0=$SECONDS status=0 logs tmp log
 	shift 2
-	logs=$(cache_dir logs) || return 1
-	tmp=$(mktemp -- "$logs/$name.XXXXXX") || return 1
+	if ! logs=$(cache_dir logs 2>/dev/null) || ! tmp=$(mktemp -- "$logs/$name.XXXXXX" 2>/dev/null); then
+		"$@"
+		return
+	fi
 	[[ -t 2 ]] && printf '==> %s ...' "$label" >&2
 	"$@" 2>"$tmp" || status=$?
 	log=$logs/$name.log
