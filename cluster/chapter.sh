@@ -4,8 +4,8 @@
 # makes the chapter's namespace `play` with its `default` ServiceAccount
 # (which a cluster's controller-manager would make; this one has none, and
 # without it no pod is admitted), then runs examples/chN_*.rs against it.
-# Its first line is the kubectl command that makes a pod appear in the
-# chapter. Ctrl-C stops the chapter; the control plane stays up for the next
+# Its first two lines name the chapter and give the kubectl command (with
+# the KUBECONFIG to use) that makes a pod appear in it. Ctrl-C stops the chapter; the control plane stays up for the next
 # one (`make cluster-down` stops it).
 #
 # Usage: N=1 cluster/chapter.sh [--dir DIR]   (N: 1 to 5; DIR defaults to
