@@ -74,14 +74,15 @@ if [[ ! -e /usr/sbin/policy-rc.d ]]; then
 fi
 # Even a failed install may have enabled a unit: clean up either way.
 status=0
-install=(apt-get install -y -qq --no-install-recommends --no-upgrade "${missing[@]}")
-# An installed package the plan upgrades shows as "Inst NAME [OLD VERSION] (...)".
+install=(apt-get install -y --no-install-recommends --no-upgrade "${missing[@]}")
+# In the simulated plan (-s), an installed package it upgrades shows as
+# "Inst NAME [OLD VERSION] (...)"; a new one has no bracket.
 upgrades() { "${install[@]}" -s 2>/dev/null | awk '$1 == "Inst" && $3 ~ /^\[/ { printf "%s ", $2 }'; }
 {
 	apt-get update -qq &&
 		up=$(upgrades) &&
 		{ [[ -z $up ]] || echo "deps.sh: the missing packages need newer versions of these installed ones: $up" >&2; } &&
-		"${install[@]}"
+		"${install[@]}" -qq
 } >&2 || status=$?
 for l in $(links | comm -13 "$before" -); do
 	[[ -d $l && ! -L $l ]] && continue # a .wants directory the install made: removed below if left empty
