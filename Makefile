@@ -5,8 +5,10 @@ CLUSTER_DIR ?= target/local-cluster
 NODE_DIR ?= target/local-node
 KUBECTL ?= kubectl
 ARGS ?=
+CONTEXT ?=
+N ?=
 
-.PHONY: build run demo test lint book book-serve book-check image push deploy undeploy cluster-up cluster-down bench node-up node-down node-test
+.PHONY: build run demo chapter test lint book book-serve book-check image push deploy undeploy cluster-up cluster-down bench node-up node-down node-test
 
 build: ## Build the release binary
 	cargo build --release --locked
@@ -14,8 +16,11 @@ build: ## Build the release binary
 run: ## Run against the current kubeconfig context (pass flags with ARGS="-n default")
 	cargo run --release --locked -- $(ARGS)
 
-demo: ## No cluster? Start a local one, show onAdd/onUpdate/onDelete, clean up (one already running from cluster-up/node-up is used and left running)
-	NODE_DIR=$(NODE_DIR) bash cluster/demo.sh --dir $(CLUSTER_DIR)
+demo: ## Show onAdd/onUpdate/onDelete: on your local cluster (CONTEXT=name, or a kind/k3d/minikube/... current context) in a namespace of its own; else on a local one it starts and removes (one running from cluster-up/node-up is used and left running)
+	@CONTEXT=$(CONTEXT) NODE_DIR=$(NODE_DIR) bash cluster/demo.sh --dir $(CLUSTER_DIR)
+
+chapter: ## Run chapter N of the book (N=1..5) on the local control plane (started if needed, left running); prints the kubectl line that makes a pod appear
+	@N=$(N) ARGS="$(ARGS)" bash cluster/chapter.sh --dir $(CLUSTER_DIR)
 
 test: lint book-check ## Lint, build the book (warnings are errors), then every unit and end-to-end test against a real local control plane
 	bash cluster/test.sh

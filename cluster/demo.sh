@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# `make demo`: the whole lesson with no cluster at hand. Starts the local
+# `make demo`: the whole lesson. On a cluster you already have (CONTEXT, or a
+# current context that is local and answers) it runs in a namespace of its
+# own there: see cluster/demo-context.sh. Otherwise it starts the local
 # control plane, runs demo-controller against it, then creates a pod, labels
 # it, moves it to Running and deletes it, so onAdd, onUpdate and onDelete
 # appear, and tears everything down again (also on Ctrl-C).
@@ -10,12 +12,20 @@
 # node's lesson runs in that node and leaves it running.
 #
 # Usage: cluster/demo.sh [--dir DIR]   (DIR defaults to <repo>/target/local-cluster;
-#        NODE_DIR in the environment, default <repo>/target/local-node)
+#        NODE_DIR in the environment, default <repo>/target/local-node;
+#        CONTEXT in the environment: the kubeconfig context to run on)
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # repo, dir, marker, the directory guard
 log() { echo "demo.sh: $*" >&2; }
 cd "$repo"
+
+# The cluster a learner already has: CONTEXT when set, else the current
+# context when it is a local one that answers (cluster/context.sh). The
+# lesson then runs there, in a namespace of its own (cluster/demo-context.sh).
+source cluster/context.sh
+if [[ -n ${CONTEXT:-} ]]; then exec bash cluster/demo-context.sh "$CONTEXT"; fi
+if ctx=$(local_current_context); then exec bash cluster/demo-context.sh "$ctx"; fi
 
 # A DIR that exists goes through the directory guard (proc.sh) before
 # anything in it is read.
@@ -28,7 +38,7 @@ plane_ready "$dir" >/dev/null && ours=0
 if ((ours && EUID == 0)) && { bash cluster/node/deps.sh --check 2>/dev/null || command -v apt-get >/dev/null; }; then
 	exec bash cluster/node/demo.sh --dir "${NODE_DIR:-$repo/target/local-node}"
 fi
-log "no real pods in this demo (no kubelet: they stay Pending); run \`make demo\` as root, with no control plane running in $dir, for the one with a real node"
+log "no real pods in this demo (no kubelet: they stay Pending); for real ones: \`make demo CONTEXT=name\` (or a kind, k3d, minikube, ... current context) on a cluster you have, or \`make demo\` as root with no control plane running in $dir, on a real node"
 
 logfile=$dir/demo-controller.log
 logger=
@@ -61,8 +71,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-say "building demo-controller"
-cargo build --locked --quiet
+step "demo-controller (cargo build)" demo-build cargo build --locked
 
 if ((ours)); then
 	say "starting the local control plane (kube-apiserver on 127.0.0.1, etcd on a unix socket)"
@@ -82,14 +91,14 @@ target/debug/demo-controller --probe-addr 0 --metrics-addr 0 > >(tee "$logfile")
 logger=$!
 for _ in $(seq 100); do grep -q "cache synced" "$logfile" 2>/dev/null && break; sleep 0.1; done
 
-step() { say "$1"; shift; api "$@"; sleep 2; }
-step "kubectl run kuard --image=gcr.io/kuar-demo/kuard-amd64:blue   -> onAdd" \
+lesson() { say "$1"; shift; api "$@"; sleep 2; }
+lesson "kubectl run kuard --image=gcr.io/kuar-demo/kuard-amd64:blue   -> onAdd" \
 	POST "$pods" application/json \
 	'{"metadata":{"name":"kuard","labels":{"run":"kuard"}},"spec":{"containers":[{"name":"kuard","image":"gcr.io/kuar-demo/kuard-amd64:blue"}]}}'
-step "kubectl label pod kuard tier=web                              -> onUpdate (label)" \
+lesson "kubectl label pod kuard tier=web                              -> onUpdate (label)" \
 	PATCH "$pods/kuard" application/merge-patch+json '{"metadata":{"labels":{"tier":"web"}}}'
-step "the pod's status moves to Running (there is no kubelet here)  -> onUpdate (phase)" \
+lesson "the pod's status moves to Running (there is no kubelet here)  -> onUpdate (phase)" \
 	PATCH "$pods/kuard/status" application/merge-patch+json '{"status":{"phase":"Running"}}'
-step "kubectl delete pod kuard                                      -> onDelete" \
+lesson "kubectl delete pod kuard                                      -> onDelete" \
 	DELETE "$pods/kuard"
 say "done: that was watch -> cache -> queue -> worker -> log line, three times"

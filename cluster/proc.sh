@@ -223,3 +223,35 @@ claim_dir() {
 	[[ ! -L $dir && $(stat -c '%u %a' -- "$dir") == "$EUID 700" ]] || refuse_dir "it is not the directory just made"
 	echo created >"$dir/$marker"
 }
+
+# --- Quiet steps -------------------------------------------------------------------
+# step LABEL NAME CMD...: one slow step of the set-up (a build, the packages)
+# as one line on stderr, the way a progress bar would: LABEL, the seconds it
+# took and the log that holds CMD's whole stderr. CMD's stdout passes
+# through (build.sh prints the directory it built into there). On failure
+# the line says so and the last 30 lines of the log follow; the step's exit
+# status is returned. The log is written in step_logs, a directory made like
+# the caches (make_dirs: `mkdir -m 700`, every level checked), first under a
+# name of its own (mktemp), then renamed to NAME.log, the newest of its kind.
+# When that directory cannot be made (a cache another user could change),
+# CMD runs as it is, its output not hidden: CMD refuses that cache itself,
+# in its own one line.
+step() {
+	local label=$1 name=$2 t0=$SECONDS status=0 logs tmp log
+	shift 2
+	if ! logs=$(cache_dir logs 2>/dev/null) || ! tmp=$(mktemp -- "$logs/$name.XXXXXX" 2>/dev/null); then
+		"$@"
+		return
+	fi
+	[[ -t 2 ]] && printf '==> %s ...' "$label" >&2
+	"$@" 2>"$tmp" || status=$?
+	log=$logs/$name.log
+	mv -f -- "$tmp" "$log" || log=$tmp
+	[[ -t 2 ]] && printf '\r\033[K' >&2
+	if ((status)); then
+		printf '==> %s: failed after %d s (exit %d); the last 30 lines of %s:\n' "$label" "$((SECONDS - t0))" "$status" "$log" >&2
+		tail -n 30 -- "$log" | sed 's/^/    /' >&2
+		return "$status"
+	fi
+	printf '==> %s: %d s (log: %s)\n' "$label" "$((SECONDS - t0))" "$log" >&2
+}

@@ -85,10 +85,11 @@ already_running() {
 already_running && exit 0
 
 # --- Binaries -----------------------------------------------------------------
-# build.sh's stderr passes through; its last stdout line is the directory.
-# Each binary is resolved and checked once (see checked in proc.sh), and the
-# scripts below run that resolved path: nothing another user could swap.
-build_out=$(bash "$here/build.sh")
+# One line (step in proc.sh): build.sh's output goes to a log, shown only if
+# it fails; its last stdout line is the directory. Each binary is resolved and
+# checked once (see checked in proc.sh), and the scripts below run that
+# resolved path: nothing another user could swap.
+build_out=$(step "kube-apiserver and etcd (built from Go modules once, then cached)" control-plane-build bash "$here/build.sh")
 bin_dir=${build_out##*$'\n'}
 etcd_bin=$(checked "$bin_dir/etcd") || exit 1
 apiserver_bin=$(checked "$bin_dir/kube-apiserver") || exit 1

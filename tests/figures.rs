@@ -518,6 +518,49 @@ fn readme_setup() -> String {
     )
 }
 
+/// The record's "chapter1": `make chapter N=1` to the chapter's first line.
+fn chapter1_fact(r: &Setup, name: &str) -> String {
+    let v = &r.0["chapter1"][name];
+    v.as_str()
+        .map(str::to_owned)
+        .or_else(|| v.as_u64().map(|n| n.to_string()))
+        .unwrap_or_else(|| panic!("setup-times.json has no chapter1.{name}: run cluster/setup-times.sh --chapter1"))
+}
+
+/// README.md: the time to chapter 1's first line, from the same record.
+fn readme_chapter1() -> String {
+    let r = Setup::load();
+    let secs = |kind| chapter1_fact(&r, kind).parse::<u64>().map(duration).unwrap_or_default();
+    format!(
+        "`make chapter N=1` reaches the chapter's first line in **{}** on a first run (kube-apiserver, etcd, the\n\
+         project and the chapter compiled from nothing) and in **{}** on a later one, on a machine with {}\n\
+         (measured by `cluster/setup-times.sh --chapter1`, the machine's load noted: [set-up\n\
+         times](book/src/appendix/setup.md)). It prints {} lines before it.\n",
+        secs("cold"),
+        secs("warm"),
+        chapter1_fact(&r, "machine").split(',').next().unwrap_or_default(),
+        chapter1_fact(&r, "lines_before"),
+    )
+}
+
+/// setup.md: the chapter 1 measurement with its own date and load.
+fn setup_chapter1() -> String {
+    let r = Setup::load();
+    let secs = |kind| chapter1_fact(&r, kind).parse::<u64>().map(duration).unwrap_or_default();
+    format!(
+        "Measured {} at commit {} on {}; {}.\n\n\
+         | step | cold | warm |\n|---|---:|---:|\n\
+         | `make chapter N=1` to chapter 1's first line (`cluster/chapter.sh`; {} lines printed before it) | {} | {} |\n",
+        chapter1_fact(&r, "measured"),
+        chapter1_fact(&r, "commit"),
+        chapter1_fact(&r, "machine"),
+        chapter1_fact(&r, "load"),
+        chapter1_fact(&r, "lines_before"),
+        secs("cold"),
+        secs("warm"),
+    )
+}
+
 /// A block's name, the file it must appear in, and its renderer.
 type Block = (&'static str, &'static str, fn() -> String);
 
@@ -531,6 +574,8 @@ const BLOCKS: &[Block] = &[
     ("setup-times", "book/src/appendix/setup.md", setup_times),
     ("readme-setup", "README.md", readme_setup),
     ("reading-times", "book/src/introduction.md", reading_times),
+    ("readme-chapter1", "README.md", readme_chapter1),
+    ("setup-chapter1", "book/src/appendix/setup.md", setup_chapter1),
 ];
 
 /// The files that may hold blocks.

@@ -50,8 +50,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-say "building demo-controller"
-cargo build --locked --quiet
+step "demo-controller (cargo build)" demo-build cargo build --locked
 
 if ((ours)); then
 	say "starting a real one-node cluster: kube-apiserver, etcd, containerd, kubelet, scheduler, controller-manager, kube-proxy"

@@ -14,8 +14,15 @@
 # deb-systemd-helper, which also remembers them as disabled for later
 # upgrades. Links that existed before are the owner's and stay.
 #
-# Usage: cluster/node/deps.sh [--check]
+# Only what is missing is installed, with no recommended packages
+# (--no-install-recommends) and no upgrade of a package already installed
+# (--no-upgrade). One a missing package depends on may still have to move to
+# a newer version (apt would otherwise refuse the install): the plan is
+# simulated first and any such upgrade named in one line before it happens.
+#
+# Usage: cluster/node/deps.sh [--check | --missing]
 #   --check: install nothing; exit 1 with one line naming what is missing.
+#   --missing: install nothing; print the packages missing, one a line.
 # Exits 1 with one line when something is missing and cannot be installed
 # (not root, no apt-get).
 set -euo pipefail
@@ -36,6 +43,10 @@ missing=()
 for n in "${need[@]}"; do
 	[[ -e ${n#*:} ]] || missing+=("${n%%:*}")
 done
+if [[ ${1:-} == --missing ]]; then
+	((${#missing[@]} == 0)) || printf '%s\n' "${missing[@]}"
+	exit 0
+fi
 ((${#missing[@]} == 0)) && exit 0
 
 if [[ ${1:-} == --check ]]; then
@@ -63,7 +74,16 @@ if [[ ! -e /usr/sbin/policy-rc.d ]]; then
 fi
 # Even a failed install may have enabled a unit: clean up either way.
 status=0
-{ apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >&2 || status=$?
+install=(apt-get install -y --no-install-recommends --no-upgrade "${missing[@]}")
+# In the simulated plan (-s), an installed package it upgrades shows as
+# "Inst NAME [OLD VERSION] (...)"; a new one has no bracket.
+upgrades() { "${install[@]}" -s 2>/dev/null | awk '$1 == "Inst" && $3 ~ /^\[/ { printf "%s ", $2 }'; }
+{
+	apt-get update -qq &&
+		up=$(upgrades) &&
+		{ [[ -z $up ]] || echo "deps.sh: the missing packages need newer versions of these installed ones: $up" >&2; } &&
+		"${install[@]}" -qq
+} >&2 || status=$?
 for l in $(links | comm -13 "$before" -); do
 	[[ -d $l && ! -L $l ]] && continue # a .wants directory the install made: removed below if left empty
 	unit=${l##*/}

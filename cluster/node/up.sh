@@ -103,10 +103,12 @@ fi
 # binaries cached). Each binary and archive is resolved and checked once
 # (see checked in proc.sh), and init.sh gets those resolved paths: what runs
 # as root is what was checked, whatever a symlink on the way points at later.
-bash "$here/deps.sh"
-plane_bin=$(bash "$repo/cluster/build.sh" | tail -n1)
-bin=$(bash "$here/build.sh" | tail -n1)
-imgs=$(bash "$here/images.sh" | tail -n1)
+# Each slow step is one line (step in proc.sh), its output in a log shown
+# only if it fails.
+step "the node's Debian packages (cluster/node/deps.sh)" node-deps bash "$here/deps.sh"
+plane_bin=$(step "kube-apiserver and etcd (built from Go modules once, then cached)" control-plane-build bash "$repo/cluster/build.sh" | tail -n1)
+bin=$(step "kubelet, scheduler, controller-manager, kube-proxy (built once, then cached)" node-build bash "$here/build.sh" | tail -n1)
+imgs=$(step "the node's pause and busybox images (built once, then cached)" node-images bash "$here/images.sh" | tail -n1)
 declare -A use
 for f in "$plane_bin"/{etcd,kube-apiserver} "$bin"/{kubelet,kube-scheduler,kube-controller-manager,kube-proxy} "$imgs"/{pause,busybox}.tar; do
 	use[${f##*/}]=$(checked "$f") || exit 1

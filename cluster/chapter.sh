@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# `make chapter N=1`: chapter N of the book in one command. Starts the local
+# control plane in DIR (or uses the one running there, `make cluster-up`),
+# makes the chapter's namespace `play` with its `default` ServiceAccount
+# (which a cluster's controller-manager would make; this one has none, and
+# without it no pod is admitted), then runs examples/chN_*.rs against it.
+# Its first two lines name the chapter and give the kubectl command (with
+# the KUBECONFIG to use) that makes a pod appear in it. Ctrl-C stops the chapter; the control plane stays up for the next
+# one (`make cluster-down` stops it).
+#
+# Usage: N=1 cluster/chapter.sh [--dir DIR]   (N: 1 to 5; DIR defaults to
+#        <repo>/target/local-cluster; ARGS in the environment: more flags
+#        for the chapter, e.g. ARGS="--pitfall never-done" for chapter 4)
+set -euo pipefail
+
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # repo, dir, marker, step, the directory guard
+log() { echo "chapter.sh: $*" >&2; }
+cd "$repo"
+
+chapters=(ch1_watch ch2_cache ch3_queue ch4_controller ch5_controller_runtime)
+n=${N:-}
+if [[ ! $n =~ ^[1-9]$ ]] || ((n > ${#chapters[@]})); then
+	echo "make chapter: N must be one of 1 2 3 4 5 (got '${n}'): e.g. make chapter N=1" >&2
+	exit 2
+fi
+example=${chapters[n - 1]}
+ns=play
+
+# The command first: the path DIR will have once made, resolved.
+kubeconfig=$(realpath -m -- "$dir")/kubeconfig
+log "chapter $n (examples/$example.rs) on the local control plane; to make a pod appear in it, in another terminal:"
+echo "    KUBECONFIG=$kubeconfig kubectl -n $ns run kuard --image=registry.k8s.io/pause:3.10" >&2
+
+step "kube-apiserver and etcd (built from Go modules once, then cached)" control-plane-build bash cluster/build.sh >/dev/null
+step "the local control plane (cluster/up.sh --dir $dir)" control-plane-up bash cluster/up.sh --dir "$dir" >/dev/null
+guard_dir "$marker"
+# shellcheck source=/dev/null
+source "$dir/env"
+
+# post PATH BODY: creates an object with the admin certificate (no kubectl
+# needed); one that exists already is fine.
+post() {
+	local code
+	code=$(curl -sS -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' --data "$2" \
+		--cacert "$dir/pki/ca.crt" --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key" "$APISERVER_URL$1") || true
+	[[ $code == 201 || $code == 409 ]] || { log "error: creating $1 failed (HTTP ${code:-none}): see $dir/logs/kube-apiserver.log"; exit 1; }
+}
+post /api/v1/namespaces "{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"$ns\"}}"
+post "/api/v1/namespaces/$ns/serviceaccounts" '{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default"}}'
+
+step "examples/$example.rs (cargo build --example $example)" "chapter-build" cargo build --locked --example "$example"
+log "running examples/$example.rs -n $ns ${ARGS:-}  (Ctrl-C stops it; the control plane stays up: make cluster-down)"
+export KUBECONFIG=$dir/kubeconfig
+# shellcheck disable=SC2086 # ARGS: the learner's flags, split as a shell would
+exec "${CARGO_TARGET_DIR:-target}/debug/examples/$example" -n "$ns" ${ARGS:-}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# `make demo` on the cluster you already have (see cluster/demo.sh, which
+# comes here when the current context is a local one that answers, or when
+# CONTEXT names one): the same lesson, with real pods, and no root. It
+# creates a namespace of its own (a name the API server generates from
+# demo-controller-), runs demo-controller against that namespace only,
+# creates a pod in it, labels it and deletes it, then deletes the namespace
+# (also on Ctrl-C). Nothing outside that namespace is written.
+#
+# Usage: cluster/demo-context.sh CONTEXT
+set -euo pipefail
+if (($# != 1)) || [[ -z $1 ]]; then echo "usage: $0 CONTEXT" >&2; exit 2; fi
+ctx=$1
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+source cluster/context.sh
+log() { echo "demo.sh: $*" >&2; }
+say() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+command -v kubectl >/dev/null 2>&1 || { log "error: CONTEXT=$ctx needs kubectl on PATH: install it (within one minor version of the cluster's)"; exit 1; }
+if ! kubectl config get-contexts -o name 2>/dev/null | grep -qxF -- "$ctx"; then
+	log "error: no context $ctx in your kubeconfig (${KUBECONFIG:-~/.kube/config}); \`kubectl config get-contexts\` lists them"
+	exit 1
+fi
+context_answers "$ctx" || { log "error: context $ctx does not answer (kubectl --context $ctx get --raw /readyz failed): start that cluster, or pick another CONTEXT"; exit 1; }
+cluster=$(kubectl config view -o jsonpath="{.contexts[?(@.name==\"$ctx\")].context.cluster}")
+server=$(kubectl config view -o jsonpath="{.clusters[?(@.name==\"$cluster\")].cluster.server}")
+log "using your cluster: context $ctx ($server), in a namespace of its own, deleted at the end"
+
+k() { kubectl --context "$ctx" "$@"; }
+ns='' logger='' work=''
+cleanup() {
+	trap - EXIT INT TERM
+	if [[ -n $logger ]] && kill -0 "$logger" 2>/dev/null; then
+		say "stopping demo-controller (SIGTERM: it drains its queue and exits 0)"
+		kill -TERM "$logger" 2>/dev/null || true
+		wait "$logger" 2>/dev/null || true
+	fi
+	if [[ -n $ns ]]; then
+		say "kubectl delete namespace $ns   (the demo's namespace, and all in it)"
+		k delete namespace "$ns" --wait=false >/dev/null || log "error: could not delete namespace $ns: delete it with kubectl --context $ctx delete namespace $ns"
+	fi
+	[[ -z $work ]] || rm -rf -- "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+source cluster/proc.sh # step
+step "demo-controller (cargo build)" demo-build cargo build --locked
+
+# The API server picks the name (generateName), so no run meets another's.
+ns=$(k create -o jsonpath='{.metadata.name}' -f - <<<'{"apiVersion":"v1","kind":"Namespace","metadata":{"generateName":"demo-controller-","labels":{"app.kubernetes.io/created-by":"demo-controller-demo"}}}')
+say "kubectl create namespace $ns"
+# Its `default` ServiceAccount, without which no pod is admitted, comes from
+# the controller-manager; a cluster that has none (a bare API server) gets it
+# from us after a few seconds.
+for _ in $(seq 20); do k -n "$ns" get serviceaccount default >/dev/null 2>&1 && break; sleep 0.25; done
+k -n "$ns" get serviceaccount default >/dev/null 2>&1 || k -n "$ns" create serviceaccount default >/dev/null
+
+work=$(mktemp -d) # 0700, ours: demo-controller's log, to see when its cache has synced
+say "starting demo-controller -n $ns (its log lines follow)"
+target/debug/demo-controller --context "$ctx" -n "$ns" --probe-addr 0 --metrics-addr 0 > >(tee "$work/log") 2>&1 &
+logger=$!
+for _ in $(seq 100); do grep -q "cache synced" "$work/log" 2>/dev/null && break; sleep 0.1; done
+
+pod() { k -n "$ns" get pod kuard -o jsonpath='{.status.phase}/{.spec.nodeName}' 2>/dev/null || true; }
+say "kubectl -n $ns run kuard --image=registry.k8s.io/pause:3.10   -> onAdd, then onUpdate as a node runs it"
+k -n "$ns" run kuard --image=registry.k8s.io/pause:3.10 >/dev/null
+# Until it runs (up to 60 s); a pod no node has taken after 10 s stays
+# Pending (a cluster with no scheduler or kubelet): the lesson goes on.
+for i in $(seq 240); do
+	state=$(pod)
+	[[ ${state%%/*} == Running ]] && break
+	if [[ -z ${state#*/} ]] && ((i >= 40)); then
+		say "no node has taken it after 10 s: it stays Pending on this cluster"
+		break
+	fi
+	sleep 0.25
+done
+sleep 1
+say "kubectl -n $ns label pod kuard tier=web   -> onUpdate (label)"
+k -n "$ns" label pod kuard tier=web >/dev/null
+sleep 2
+say "kubectl -n $ns delete pod kuard   -> onUpdate (terminating), onDelete"
+k -n "$ns" delete pod kuard --grace-period=3 >/dev/null
+sleep 2
+say "done: that was watch -> cache -> queue -> worker -> log line, for each change"

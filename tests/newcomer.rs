@@ -1,0 +1,260 @@
+//! A newcomer's two first commands keep their promises: `make demo` on the
+//! cluster a learner already has (cluster/demo.sh, cluster/demo-context.sh:
+//! the context it says on its first line, a namespace of its own deleted at
+//! the end, one line and exit 1 for a context that is missing or silent) and
+//! `make chapter N=1` (cluster/chapter.sh: its first lines are the kubectl
+//! command that makes a pod appear in the chapter, and it does; a bad N is
+//! one line and exit 2).
+//!
+//! These run the scripts as `make` does, and need `kubectl` on PATH, as the
+//! learner does for the demo on their own cluster.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::Api;
+use kube::api::DeleteParams;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// bash SCRIPT ARGS with ENV, its stderr and stdout in one stream (as a
+/// terminal shows them), run from the repository.
+fn script(args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new("bash");
+    cmd.current_dir(repo()).args(["-c", "exec bash \"$@\" 2>&1", "bash"]).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, Vec<String>) {
+    let Output { status, stdout, .. } = script(args, env).output().expect("run bash");
+    let lines = String::from_utf8_lossy(&stdout).lines().map(str::to_owned).collect();
+    (status.code().unwrap_or(-1), lines)
+}
+
+/// The local control plane's kubeconfig with its context renamed `to`, as
+/// kind names its own (kind-NAME), written to a file of its own.
+fn renamed_kubeconfig(dir: &Path, file: &str, to: &str) -> PathBuf {
+    let kc = std::fs::read_to_string(dir.join("kubeconfig")).expect("the control plane's kubeconfig");
+    assert!(kc.contains("- name: local\n  context:") && kc.contains("current-context: local"), "{kc}");
+    let kc = kc
+        .replace("- name: local\n  context:", &format!("- name: {to}\n  context:"))
+        .replace("current-context: local", &format!("current-context: {to}"));
+    tmp_file(file, &kc)
+}
+
+#[test]
+fn the_contexts_make_demo_uses_unasked_are_those_of_local_clusters() {
+    for (name, local) in [
+        ("kind-learner", true),
+        ("k3d-dev", true),
+        ("minikube", true),
+        ("docker-desktop", true),
+        ("rancher-desktop", true),
+        ("orbstack", true),
+        ("colima", true),
+        ("kind-", false),
+        ("prod", false),
+        ("gke_project_zone_cluster", false),
+        ("minikube-2", false),
+        ("local", false),
+    ] {
+        let status = Command::new("bash")
+            .current_dir(repo())
+            .args(["-c", "source cluster/context.sh && local_context \"$1\"", "bash", name])
+            .status()
+            .expect("run bash");
+        assert_eq!(status.success(), local, "local_context {name}");
+    }
+}
+
+#[test]
+fn a_context_that_does_not_exist_is_one_line_and_exit_1() {
+    let kc = kubeconfig("newcomer-nope", "https://127.0.0.1:1", None, "    token: x");
+    let (code, lines) = run(&["cluster/demo.sh"], &[("KUBECONFIG", kc.to_str().unwrap()), ("CONTEXT", "nope")]);
+    assert_eq!(code, 1, "{lines:?}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("demo.sh: error: no context nope in your kubeconfig"), "{lines:?}");
+}
+
+#[test]
+fn a_context_that_does_not_answer_is_one_line_and_exit_1() {
+    // ctx, on a port nothing listens on.
+    let kc = kubeconfig("newcomer-silent", "https://127.0.0.1:1", None, "    token: x");
+    let (code, lines) = run(&["cluster/demo.sh"], &[("KUBECONFIG", kc.to_str().unwrap()), ("CONTEXT", "ctx")]);
+    assert_eq!(code, 1, "{lines:?}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("demo.sh: error: context ctx does not answer"), "{lines:?}");
+}
+
+#[test]
+fn a_bad_chapter_number_is_one_line_naming_the_valid_ones_and_exit_2() {
+    for n in ["", "0", "6", "x", "1x", "-1"] {
+        let (code, lines) = run(&["cluster/chapter.sh"], &[("N", n)]);
+        assert_eq!(code, 2, "N={n}: {lines:?}");
+        assert_eq!(lines, [format!("make chapter: N must be one of 1 2 3 4 5 (got '{n}'): e.g. make chapter N=1")]);
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: run `make test`"]
+async fn the_current_context_is_used_when_it_is_local_and_answers() {
+    let dir = cluster_dir();
+    let current = |kc: &Path| {
+        let out = Command::new("bash")
+            .current_dir(repo())
+            .env("KUBECONFIG", kc)
+            .args(["-c", "source cluster/context.sh && local_current_context"])
+            .output()
+            .expect("run bash");
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    let kind = renamed_kubeconfig(&dir, "newcomer-kind", "kind-learner");
+    assert_eq!(current(&kind), (true, "kind-learner".to_owned()));
+    // The control plane's own context is named `local`: not a name a local
+    // cluster tool gives, so not used unasked.
+    assert_eq!(current(&dir.join("kubeconfig")), (false, String::new()));
+    // Named like kind's, but nothing answers there.
+    let silent = kubeconfig("newcomer-kind-silent", "https://127.0.0.1:1", None, "    token: x");
+    let silent = tmp_file(
+        "newcomer-kind-silent",
+        &std::fs::read_to_string(&silent).expect("read").replace("ctx", "kind-silent"),
+    );
+    assert_eq!(current(&silent), (false, String::new()));
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: run `make test`"]
+async fn make_demo_on_a_kind_context_runs_in_a_namespace_of_its_own_and_deletes_it() {
+    let cluster = cluster().await;
+    let kc = renamed_kubeconfig(&cluster.dir, "newcomer-demo", "kind-learner");
+    // CONTEXT names it, so a failed detection could never fall through to
+    // the demo that starts a control plane or, as root, a node.
+    let (code, lines) = run(&["cluster/demo.sh"], &[("KUBECONFIG", kc.to_str().unwrap()), ("CONTEXT", "kind-learner")]);
+    let all = lines.join("\n");
+    assert_eq!(code, 0, "{all}");
+    assert!(lines[0].starts_with("demo.sh: using your cluster: context kind-learner (https://127.0.0.1:"), "{all}");
+    let ns = lines
+        .iter()
+        .find_map(|l| l.split("kubectl create namespace ").nth(1))
+        .map(|rest| rest.trim_end_matches("\u{1b}[0m").to_owned())
+        .unwrap_or_else(|| panic!("no namespace created:\n{all}"));
+    assert!(ns.starts_with("demo-controller-"), "{ns}");
+    for line in [
+        format!("onAdd: {ns}/kuard"),
+        format!("onUpdate: {ns}/kuard namespace=\"{ns}\" name=\"kuard\""),
+        "changes=\"label +tier=web\"".to_owned(),
+        format!("onDelete: {ns}/kuard"),
+        "shutdown complete left=0".to_owned(),
+    ] {
+        assert!(all.contains(&line), "missing {line:?} in:\n{all}");
+    }
+    // Deleted: gone, or terminating (a control plane with no
+    // controller-manager never finishes deleting a namespace).
+    match Api::<Namespace>::all(cluster.client.clone()).get_opt(&ns).await.expect("get namespace") {
+        None => {}
+        Some(n) => assert!(n.metadata.deletion_timestamp.is_some(), "namespace {ns} was not deleted"),
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: run `make test`"]
+async fn make_chapter_1_prints_first_the_command_that_makes_a_pod_appear_in_it() {
+    let cluster = cluster().await;
+    let dir = cluster.dir.to_str().expect("utf-8 path").to_owned();
+    let pods = Api::<Pod>::namespaced(cluster.client.clone(), "play");
+    // A kuard left by an earlier run would make the command fail.
+    let _ = pods.delete("kuard", &DeleteParams::default()).await;
+    let mut child = script(&["cluster/chapter.sh", "--dir", &dir], &[("N", "1")])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start cluster/chapter.sh");
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let out = child.stdout.take().expect("stdout");
+    let seen = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            seen.lock().expect("lines").push(line);
+        }
+    });
+    let wait_for = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            let now = lines.lock().expect("lines").clone();
+            if now.iter().any(|l| l.contains(what)) {
+                return now;
+            }
+            assert!(Instant::now() < deadline, "no {what:?} in:\n{}", now.join("\n"));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let seen = wait_for("InitDone");
+    let command =
+        format!("    KUBECONFIG={dir}/kubeconfig kubectl -n play run kuard --image=registry.k8s.io/pause:3.10");
+    assert!(seen[0].starts_with("chapter.sh: chapter 1 (examples/ch1_watch.rs)"), "{seen:?}");
+    assert_eq!(seen[1], command, "{seen:?}");
+    let ran = Command::new("sh")
+        .args(["-c", command.trim()])
+        .stdout(Stdio::null())
+        .status()
+        .expect("run the printed command");
+    assert!(ran.success(), "{command}");
+    let seen = wait_for("Apply: play/kuard");
+    let _ = pods.delete("kuard", &DeleteParams::default()).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(seen.iter().any(|l| l.starts_with("Apply: play/kuard rv=")), "{seen:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs the local control plane: run `make test`"]
+async fn ctrl_c_in_make_demo_on_a_kind_context_deletes_its_namespace() {
+    use std::os::unix::process::CommandExt;
+    let cluster = cluster().await;
+    let kc = renamed_kubeconfig(&cluster.dir, "newcomer-ctrl-c", "kind-learner");
+    let mut cmd = script(&["cluster/demo.sh"], &[("KUBECONFIG", kc.to_str().unwrap()), ("CONTEXT", "kind-learner")]);
+    // A process group of its own, as a terminal's foreground job is: Ctrl-C
+    // sends SIGINT to all of it.
+    let mut child = cmd.stdout(Stdio::piped()).process_group(0).spawn().expect("start cluster/demo.sh");
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let out = child.stdout.take().expect("stdout");
+    let seen = lines.clone();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            seen.lock().expect("lines").push(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !lines.lock().expect("lines").iter().any(|l| l.contains("onAdd: demo-controller-")) {
+        assert!(Instant::now() < deadline, "no onAdd in:\n{}", lines.lock().expect("lines").join("\n"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let group = format!("-{}", child.id());
+    let sent = Command::new("kill").args(["-INT", "--", &group]).status().expect("run kill");
+    assert!(sent.success());
+    let status = child.wait().expect("wait for cluster/demo.sh");
+    reader.join().expect("reader");
+    let all = lines.lock().expect("lines").join("\n");
+    assert_eq!(status.code(), Some(130), "{all}");
+    let ns = all
+        .split("kubectl create namespace ")
+        .nth(1)
+        .and_then(|rest| rest.split('\u{1b}').next())
+        .unwrap_or_else(|| panic!("no namespace created:\n{all}"))
+        .to_owned();
+    match Api::<Namespace>::all(cluster.client.clone()).get_opt(&ns).await.expect("get namespace") {
+        None => {}
+        Some(n) => assert!(n.metadata.deletion_timestamp.is_some(), "namespace {ns} was not deleted:\n{all}"),
+    }
+}
