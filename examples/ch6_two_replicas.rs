@@ -117,16 +117,17 @@ async fn run(ns: &str, timings: Timings) -> Result<ExitCode, kube::Error> {
         });
     }
 
-    // The controller runs; the election runs beside it until the drain is
+    // The controller runs; the election runs beside it, once the cache is
+    // synced (only a warm replica runs for the lease), until the drain is
     // over (the lease is held to the last line), then gives the lease up.
-    let run = controller.run(shutdown.clone());
+    let run = controller.clone().run(shutdown.clone());
     tokio::pin!(run);
     tokio::select! {
         stopped = &mut run => {
             elector.release().await;
             Ok(if stopped == Stopped::Drained { ExitCode::SUCCESS } else { ExitCode::from(3) })
         }
-        () = elector.run() => {
+        () = async { let joined = controller.synced().await; elector.run(joined).await } => {
             // Lost: no line after `lost the lease`; exit, as client-go's
             // OnStoppedLeading does, to come back as a standby.
             shutdown.cancel();

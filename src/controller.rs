@@ -98,6 +98,21 @@ impl Controller {
         self.queue.clone()
     }
 
+    /// Resolves once the cache holds the first list (the WaitForCacheSync
+    /// of step 2 below), for the elector: a replica runs for the lease only
+    /// warm, so a cold one (a rollout's new pod) never leads with nothing
+    /// listed yet. Returns the newest resourceVersion among the pods cached
+    /// then (see `Elector::run`). Never resolves if the informer is gone
+    /// (then `run` returns, which ends the program).
+    pub async fn synced(&self) -> Option<u64> {
+        if self.cache.store().wait_until_ready().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        // Once, at start-up: O(pods), no lock a worker waits on.
+        let pods = self.cache.store().state();
+        pods.iter().filter_map(|p| p.metadata.resource_version.as_deref()?.parse::<u64>().ok()).max()
+    }
+
     // ANCHOR: run
     /// Runs until `shutdown` is cancelled, then drains and says how that went.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Stopped {

@@ -313,6 +313,17 @@ impl Gate {
     }
 }
 
+/// Whether a replica whose first list's newest pod resourceVersion was
+/// `joined` has followed a leader whose mark is `mark`: every change it
+/// knows only from that list, the leader has logged.
+fn caught_up(joined: Option<u64>, mark: Option<u64>) -> bool {
+    match (joined, mark) {
+        (None, _) => true, // the first list was empty
+        (Some(joined), Some(mark)) => mark >= joined,
+        (Some(_), None) => false,
+    }
+}
+
 /// The elector: one candidate for the Lease `name` in its namespace.
 pub struct Elector {
     api: Api<Lease>,
@@ -329,6 +340,14 @@ pub struct Elector {
     failing: bool,
     /// When the current try started: a renew deadline runs from there.
     attempt: Instant,
+    /// The newest pod resourceVersion of our first list. A change up to it
+    /// reached us in that list, not as it happened: an `onAdd` for a pod the
+    /// leader knew, where the leader logged an `onUpdate`. We are caught up
+    /// with a leader once its mark has passed it.
+    joined: Option<u64>,
+    /// Since when a lease we could take has been waiting for a caught-up
+    /// standby, while we are not caught up (see [`Elector::defer`]).
+    deferring: Option<Instant>,
 }
 
 impl Elector {
@@ -345,6 +364,8 @@ impl Elector {
             standing_by: None,
             failing: false,
             attempt: Instant::now(),
+            joined: None,
+            deferring: None,
         }
     }
 
@@ -368,7 +389,10 @@ impl Elector {
     // ANCHOR: run
     /// Stands by, leads, renews; returns only when the lease is lost (the
     /// program drops this future at its shutdown, then [`Elector::release`]s).
-    pub async fn run(&mut self) {
+    /// Started once the cache is synced, with the newest resourceVersion of
+    /// that first list (`joined`).
+    pub async fn run(&mut self, joined: Option<u64>) {
+        self.joined = joined;
         let mut last_renew = Instant::now();
         let mut ticker = tokio::time::interval(self.timings.retry_period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -434,6 +458,7 @@ impl Elector {
         match self.observer.step(&self.me, Some(&record), Instant::now()) {
             Step::Create => Ok(false),
             Step::Wait { holder } => {
+                self.deferring = None;
                 if self.standing_by.as_ref() != Some(&holder) {
                     info!(holder, "standing by: {holder} leads");
                     self.standing_by = Some(holder);
@@ -441,6 +466,7 @@ impl Elector {
                 self.gate.follow(record.mark);
                 Ok(false)
             }
+            Step::Take { .. } if !self.gate.is_leading() && self.defer(&record) => Ok(false),
             Step::Renew { transitions } | Step::Take { transitions } => {
                 let taking = !self.gate.is_leading();
                 let lease = self.lease(lease, transitions);
@@ -453,6 +479,29 @@ impl Elector {
                 }
             }
         }
+    }
+
+    /// Whether to leave a lease we could take to another candidate for now.
+    /// A replica that started after the leader's last mark (a rollout's new
+    /// pod) knows the pods changed since only from its first list: leading,
+    /// it would log an `onAdd` for each, where a standby that has followed
+    /// the leader knows the change as an update. So it waits two retry
+    /// periods, in which such a standby tries at least once and takes the
+    /// lease; with none there, it takes the lease itself after them.
+    fn defer(&mut self, record: &Record) -> bool {
+        if caught_up(self.joined, record.mark) {
+            self.deferring = None;
+            return false;
+        }
+        let since = *self.deferring.get_or_insert_with(|| {
+            info!(
+                joined = self.joined,
+                mark = record.mark,
+                "the lease is free but this replica started after the leader's mark: leaving it to a standby that followed the leader for two retry periods"
+            );
+            Instant::now()
+        });
+        since.elapsed() < 2 * self.timings.retry_period
     }
 
     fn became_leader(&mut self, mark: Option<u64>, released: bool) -> bool {
@@ -528,6 +577,16 @@ impl Elector {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_replica_is_caught_up_once_the_mark_passed_its_first_list() {
+        assert!(caught_up(None, None), "an empty first list: nothing known only from it");
+        assert!(caught_up(Some(40), Some(40)));
+        assert!(caught_up(Some(40), Some(90)));
+        assert!(!caught_up(Some(40), Some(39)), "a rollout's new pod listed changes the leader had not logged");
+        assert!(!caught_up(Some(40), None));
+    }
+
     use super::*;
     use crate::pod::PodState;
 

@@ -71,7 +71,7 @@ fn main() -> ExitCode {
         let stopped = match elector {
             None => controller.run(shutdown).await,
             Some(mut elector) => {
-                let run = controller.run(shutdown.clone());
+                let run = controller.clone().run(shutdown.clone());
                 tokio::pin!(run);
                 // The election goes on through the drain: the lease is held
                 // until the last line, then released for the standby.
@@ -80,7 +80,7 @@ fn main() -> ExitCode {
                         elector.release().await;
                         stopped
                     }
-                    () = elector.run() => {
+                    () = async { let joined = controller.synced().await; elector.run(joined).await } => {
                         // Lost: the gate is closed, no line follows. Exit as
                         // client-go's OnStoppedLeading does, for the kubelet
                         // to restart us as a standby: after a lost lease we
