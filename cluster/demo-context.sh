@@ -64,12 +64,28 @@ target/debug/demo-controller --context "$ctx" -n "$ns" --probe-addr 0 --metrics-
 logger=$!
 for _ in $(seq 100); do grep -q "cache synced" "$work/log" 2>/dev/null && break; sleep 0.1; done
 
+# Ctrl-C reaches demo-controller too (one process group): it drains and
+# exits. Bash runs the INT trap above only if the command it was waiting for
+# died of the signal, which a kubectl that exits on its own may not do, so
+# the lesson also stops (130, as for Ctrl-C) once demo-controller has said
+# it received SIGINT, and (1) if it stopped for any other reason.
+running() {
+	kill -0 "$logger" 2>/dev/null && return 0
+	# (its last lines may still be on their way through tee)
+	for _ in $(seq 20); do
+		grep -q "received SIGINT" "$work/log" 2>/dev/null && exit 130
+		sleep 0.05
+	done
+	log "error: demo-controller stopped before the lesson ended: its lines above say why"
+	exit 1
+}
 pod() { k -n "$ns" get pod kuard -o jsonpath='{.status.phase}/{.spec.nodeName}' 2>/dev/null || true; }
 say "kubectl -n $ns run kuard --image=registry.k8s.io/pause:3.10   -> onAdd, then onUpdate as a node runs it"
 k -n "$ns" run kuard --image=registry.k8s.io/pause:3.10 >/dev/null
 # Until it runs (up to 60 s); a pod no node has taken after 10 s stays
 # Pending (a cluster with no scheduler or kubelet): the lesson goes on.
 for i in $(seq 240); do
+	running
 	state=$(pod)
 	[[ ${state%%/*} == Running ]] && break
 	if [[ -z ${state#*/} ]] && ((i >= 40)); then
@@ -79,10 +95,13 @@ for i in $(seq 240); do
 	sleep 0.25
 done
 sleep 1
+running
 say "kubectl -n $ns label pod kuard tier=web   -> onUpdate (label)"
 k -n "$ns" label pod kuard tier=web >/dev/null
 sleep 2
+running
 say "kubectl -n $ns delete pod kuard   -> onUpdate (terminating), onDelete"
 k -n "$ns" delete pod kuard --grace-period=3 >/dev/null
 sleep 2
+running
 say "done: that was watch -> cache -> queue -> worker -> log line, for each change"
