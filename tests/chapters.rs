@@ -71,9 +71,14 @@ fn rvs(chapter: &Logger) -> Vec<u64> {
 /// Waits until the chapter has printed `line` (after `rv=N` normalising)
 /// `times` times.
 async fn wait_line(chapter: &Logger, line: &str, times: usize) {
+    wait_line_within(chapter, line, times, T).await
+}
+
+/// [`wait_line`] with a deadline of its own.
+async fn wait_line_within(chapter: &Logger, line: &str, times: usize, within: Duration) {
     let start = std::time::Instant::now();
     while output(chapter).iter().filter(|l| *l == line).count() < times {
-        assert!(start.elapsed() < T, "timed out waiting for {times}x {line:?}\n{:#?}", output(chapter));
+        assert!(start.elapsed() < within, "timed out waiting for {times}x {line:?}\n{:#?}", output(chapter));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -503,7 +508,11 @@ async fn chapter1_watch_relists_after_410_gone_and_a_missed_delete_shows_only_th
     }
     wait_compacted(&second, &ns, &unseen).await;
     plane.start_apiserver("kube-apiserver", None, &[]).await;
-    wait_line(&ch, "InitDone: the list is complete; watching changes from here", 2).await;
+    // The relist comes after the watcher's backoff, which grew with every
+    // failed try while the server was away: kube's default doubles from
+    // 0.8 s up to 30 s, and its jitter may add as much again.
+    let relisted = Duration::from_secs(150);
+    wait_line_within(&ch, "InitDone: the list is complete; watching changes from here", 2, relisted).await;
 
     let out = stop(ch, "INT").await;
     // While the server is away the watcher retries; how often depends on

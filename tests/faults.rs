@@ -326,9 +326,11 @@ async fn deletes_it_could_not_see(mode: Mode) {
 
     plane.start_apiserver("kube-apiserver", None, &[]).await;
     let expected_deletes: Vec<String> = (0..5).map(|i| format!("onDelete: {ns}/p{i}")).collect();
+    // After the logger's backoff, grown while the server was away: up to
+    // 30 s, plus up to half again of jitter.
     let start = Instant::now();
     while !expected_deletes.iter().all(|d| logger.events(&ns).contains(d)) {
-        assert!(start.elapsed() < T, "missed deletes were not logged\n{}", logger.dump());
+        assert!(start.elapsed() < 2 * T + T / 2, "missed deletes were not logged\n{}", logger.dump());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let events = logger.wait_events(&ns, 10 + 5 + 1 + 2).await;
