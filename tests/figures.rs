@@ -425,7 +425,11 @@ fn reading_times() -> String {
     for (n, page, program) in CHAPTERS {
         let on_page = page_reading(page, true).minutes();
         let mut whole = page_reading(page, false);
-        read(program).lines().for_each(|l| whole.code(l));
+        // As a reader sees the file: an anchor line is a mark for the book, not text.
+        read(program)
+            .lines()
+            .filter(|l| !l.contains("ANCHOR: ") && !l.contains("ANCHOR_END: "))
+            .for_each(|l| whole.code(l));
         let whole = whole.minutes();
         rows.push_str(&format!("| {n} | {on_page} min | {whole} min |\n"));
         (page_total, whole_total) = (page_total + on_page, whole_total + whole);
