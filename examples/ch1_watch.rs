@@ -1,3 +1,4 @@
+// ANCHOR: whole
 //! Chapter 1: what an informer sees.
 //!
 //! Run it against any cluster (the local one: `make cluster-up`, then the
@@ -63,6 +64,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), kube::Error> {
+    // ANCHOR: api
     // The client reads $KUBECONFIG (or ~/.kube/config, or the in-cluster
     // config), like kubectl.
     let client = Client::try_default().await?;
@@ -73,6 +75,7 @@ async fn run(args: Args) -> Result<(), kube::Error> {
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
     };
+    // ANCHOR_END: api
     println!("chapter 1: every event kube's watcher yields for pods, with its resourceVersion (Ctrl-C stops)");
 
     // ANCHOR: watch
@@ -125,3 +128,4 @@ fn describe(event: &Event<Pod>) -> String {
     }
 }
 // ANCHOR_END: describe
+// ANCHOR_END: whole

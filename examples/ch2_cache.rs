@@ -1,3 +1,4 @@
+// ANCHOR: whole
 //! Chapter 2: the cache.
 //!
 //! ```sh
@@ -134,3 +135,4 @@ fn keys(store: &Store<Pod>) -> String {
     keys.sort();
     keys.join(", ")
 }
+// ANCHOR_END: whole

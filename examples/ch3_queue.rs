@@ -1,3 +1,4 @@
+// ANCHOR: whole
 //! Chapter 3: the work queue.
 //!
 //! ```sh
@@ -51,10 +52,12 @@ struct Args {
     work_time: Duration,
 }
 
+// ANCHOR: merged
 /// Events seen per key since a worker last took it: only to print how many
 /// events one sync covers. A real controller does not count them (it does
 /// not need to: the state in the cache is all it reads).
 type Merged = Mutex<HashMap<Key, u32>>;
+// ANCHOR_END: merged
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -75,10 +78,12 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     };
     println!("chapter 3: event handlers put keys on a de-duplicating queue; one slow worker takes them");
 
+    // ANCHOR: start
     let (store, writer) = reflector::store::<Pod>();
     let queue: Arc<Queue<Key>> = Queue::new("chapter3");
     let merged: Arc<Merged> = Arc::default();
     let worker = tokio::spawn(worker(queue.clone(), store.clone(), merged.clone(), args.work_time));
+    // ANCHOR_END: start
 
     let events = watcher::watcher(api, watcher::Config::default()).default_backoff().reflect(writer);
     let mut events = std::pin::pin!(events);
@@ -96,6 +101,7 @@ async fn run(args: Args) -> Result<(), kube::Error> {
             None => break,
         }
     }
+    // ANCHOR: shutdown
     // Shutdown: no more keys come in; the worker finishes what is queued and
     // then `get` returns None.
     queue.shut_down();
@@ -111,6 +117,7 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     }
     println!("shutdown complete");
     Ok(())
+    // ANCHOR_END: shutdown
 }
 
 // ANCHOR: handle
@@ -160,3 +167,4 @@ async fn worker(queue: Arc<Queue<Key>>, store: Store<Pod>, merged: Arc<Merged>, 
     }
 }
 // ANCHOR_END: worker
+// ANCHOR_END: whole

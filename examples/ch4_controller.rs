@@ -1,3 +1,4 @@
+// ANCHOR: whole
 //! Chapter 4: the whole controller in one file.
 //!
 //! ```sh
@@ -68,6 +69,7 @@ enum Pitfall {
     ActOnEvent,
 }
 
+// ANCHOR: state
 /// What the worker remembers of each pod it synced: enough to tell an add, an
 /// update, a delete and a replacement (same name, new UID) apart.
 #[derive(Clone, PartialEq)]
@@ -87,6 +89,7 @@ struct Controller {
     event_kind: Mutex<HashMap<Key, &'static str>>,
     pitfall: Option<Pitfall>,
 }
+// ANCHOR_END: state
 
 // One thread: the worker runs whenever the watch waits for the server. That
 // is plenty for a logger, and it makes `--pitfall queue-at-init-apply` repeatable:
@@ -369,3 +372,4 @@ async fn on_signal(shutdown: CancellationToken) {
 // - Readiness and liveness probes and metrics: src/probes.rs, src/metrics.rs.
 // - Clear errors for a bad kubeconfig or selector: src/client.rs.
 // ANCHOR_END: left_out
+// ANCHOR_END: whole

@@ -340,6 +340,15 @@ const CHAPTERS: &[(u32, &str, &str)] = &[
     (4, "book/src/ch4-controller.md", "examples/ch4_controller.rs"),
 ];
 
+/// The appendix page that shows each chapter's whole program, top to bottom,
+/// for a second read; a chapter page shows the parts its lesson is about.
+const PROGRAMS_PAGE: &str = "book/src/appendix/programs.md";
+
+/// What a first read of chapters 1 to 4 may take, in minutes: a Go
+/// controller author's sitting. Whatever would push the pages past it
+/// belongs in the appendix, linked from where it was.
+const FIRST_READ_MINUTES: usize = 90;
+
 /// What there is to read: words of prose, lines of code.
 #[derive(Clone, Copy, Default)]
 struct Reading {
@@ -368,35 +377,57 @@ impl Reading {
     }
 }
 
-/// The lines an mdbook `{{#include PATH[:ANCHOR]}}` on `page` puts there: the
-/// whole file, or the lines between `ANCHOR: name` and `ANCHOR_END: name`
-/// (anchor lines never show).
+/// The lines an mdbook include on `page` shows: `spec` is what follows
+/// `{{#include ` (or `{{#rustdoc_include `, whose other lines are hidden),
+/// `PATH`, `PATH:ANCHOR` or `PATH:` a line range (`12`, `12:40`, `12:`,
+/// `:40`, counted from 1). An anchor shows the lines between `ANCHOR: name`
+/// and `ANCHOR_END: name`; no anchor line ever shows.
 fn included(page: &Path, spec: &str) -> Vec<String> {
-    let (path, anchor) = spec.split_once(':').map_or((spec, None), |(p, a)| (p, Some(a)));
+    let (path, select) = spec.split_once(':').map_or((spec, None), |(p, s)| (p, Some(s)));
     let file = page.parent().unwrap().join(path);
     let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    let mut on = anchor.is_none();
+    select_lines(&text, select)
+}
+
+fn select_lines(text: &str, select: Option<&str>) -> Vec<String> {
+    let is_mark = |line: &str| line.contains("ANCHOR: ") || line.contains("ANCHOR_END: ");
+    let anchor = select.filter(|s| !s.chars().all(|c| c.is_ascii_digit() || c == ':'));
+    let Some(anchor) = anchor else {
+        // A whole file or a range of its lines.
+        let number = |s: &str| s.parse::<usize>().ok();
+        let (from, to) = match select {
+            None | Some("") => (None, None),
+            Some(s) => match s.split_once(':') {
+                Some((a, b)) => (number(a), number(b)),
+                None => (number(s), number(s)),
+            },
+        };
+        let (from, to) = (from.unwrap_or(1), to.unwrap_or(usize::MAX));
+        return text
+            .lines()
+            .enumerate()
+            .filter(|(i, line)| (from..=to).contains(&(i + 1)) && !is_mark(line))
+            .map(|(_, line)| line.to_string())
+            .collect();
+    };
+    let mut on = false;
     let mut out = Vec::new();
     for line in text.lines() {
-        if let Some(a) = anchor {
-            if line.trim_end().ends_with(&format!("ANCHOR: {a}")) {
-                on = true;
-                continue;
-            }
-            if line.trim_end().ends_with(&format!("ANCHOR_END: {a}")) {
-                on = false;
-            }
-        }
-        if on && !line.contains("ANCHOR: ") && !line.contains("ANCHOR_END: ") {
+        if line.trim_end().ends_with(&format!("ANCHOR: {anchor}")) {
+            on = true;
+        } else if line.trim_end().ends_with(&format!("ANCHOR_END: {anchor}")) {
+            // mdbook stops at the first end of the anchor.
+            break;
+        } else if on && !is_mark(line) {
             out.push(line.to_string());
         }
     }
     out
 }
 
-/// What a chapter page gives to read: with `excerpts`, the program's lines as
-/// the page shows them; without, the page's prose, commands and output only.
-fn page_reading(page: &str, excerpts: bool) -> Reading {
+/// What a page gives to read: its prose, and every line it shows in a code
+/// block, its includes as they render (program excerpts, output).
+fn page_reading(page: &str) -> Reading {
     let path = repo().join(page);
     let mut reading = Reading::default();
     let mut fenced = false;
@@ -405,10 +436,12 @@ fn page_reading(page: &str, excerpts: bool) -> Reading {
             fenced = !fenced;
             continue;
         }
-        if let Some(spec) = line.trim().strip_prefix("{{#include ").and_then(|s| s.strip_suffix("}}")) {
-            if excerpts || !spec.contains(".rs") {
-                included(&path, spec).iter().for_each(|l| reading.code(l));
-            }
+        let spec = ["{{#include ", "{{#rustdoc_include "]
+            .iter()
+            .find_map(|open| line.trim().strip_prefix(open))
+            .and_then(|s| s.strip_suffix("}}"));
+        if let Some(spec) = spec {
+            included(&path, spec).iter().for_each(|l| reading.code(l));
         } else if fenced {
             reading.code(line);
         } else {
@@ -418,28 +451,51 @@ fn page_reading(page: &str, excerpts: bool) -> Reading {
     reading
 }
 
+/// A chapter's program as the appendix shows it: the whole file, top to bottom.
+fn program_reading(program: &str) -> Reading {
+    let mut reading = Reading::default();
+    select_lines(&read(program), None).iter().for_each(|l| reading.code(l));
+    reading
+}
+
+/// Each chapter's minutes: the page (a first read), its whole program (a second).
+fn chapter_minutes() -> Vec<(u32, usize, usize)> {
+    CHAPTERS
+        .iter()
+        .map(|(n, page, program)| (*n, page_reading(page).minutes(), program_reading(program).minutes()))
+        .collect()
+}
+
 /// introduction.md: each chapter's reading time.
 fn reading_times() -> String {
-    let mut rows = String::new();
-    let (mut page_total, mut whole_total) = (0, 0);
-    for (n, page, program) in CHAPTERS {
-        let on_page = page_reading(page, true).minutes();
-        let mut whole = page_reading(page, false);
-        read(program).lines().for_each(|l| whole.code(l));
-        let whole = whole.minutes();
-        rows.push_str(&format!("| {n} | {on_page} min | {whole} min |\n"));
-        (page_total, whole_total) = (page_total + on_page, whole_total + whole);
-    }
+    let minutes = chapter_minutes();
+    let rows: String =
+        minutes.iter().map(|(n, page, program)| format!("| {n} | {page} min | {program} min |\n")).collect();
+    let first: usize = minutes.iter().map(|(_, page, _)| page).sum();
+    let second: usize = minutes.iter().map(|(_, _, program)| program).sum();
     format!(
         "How long each chapter takes to read, counted from its words by `tests/figures.rs`: prose, and the\n\
          comments in code, at {PROSE_WORDS_PER_MINUTE} words a minute; code, commands and output at {CODE_LINES_PER_MINUTE} lines a minute (12 s\n\
-         a line: a Go author reading Rust); blank lines not at all. \"The page\" is the chapter as it shows its\n\
-         program, in excerpts; \"with the whole program\" reads the page's prose and its program's file top to\n\
-         bottom instead of the excerpts.\n\n\
-         | Chapter | The page | With the whole program |\n\
+         a line: a Go author reading Rust); blank lines not at all. A first read is the chapter's page: its\n\
+         prose, the parts of its program it shows, its commands, output and exercise. A second read takes the\n\
+         program whole, top to bottom, from [the appendix](appendix/programs.md).\n\n\
+         | Chapter | First read: the page | Second read: the whole program |\n\
          |---|---|---|\n\
          {rows}\
-         | 1 to 4 | {page_total} min | {whole_total} min |\n"
+         | 1 to 4 | {first} min | {second} min |\n"
+    )
+}
+
+/// README.md: the first read's total, from the same count.
+fn readme_reading() -> String {
+    let minutes = chapter_minutes();
+    let first: usize = minutes.iter().map(|(_, page, _)| page).sum();
+    let second: usize = minutes.iter().map(|(_, _, program)| program).sum();
+    format!(
+        "Chapters 1 to 4 take **{first} min** on a first read: each page shows the parts of its program the lesson is\n\
+         about, with the output its test saw; the four whole programs, top to bottom, are a second read of {second} min in\n\
+         the book's appendix (counted from their words by `tests/figures.rs`, at the rates [the\n\
+         introduction](book/src/introduction.md) states).\n"
     )
 }
 
@@ -453,6 +509,50 @@ fn a_reading_time_counts_words_and_lines_at_their_rates() {
     assert_eq!((r.words, r.lines), (12, 1));
     let hour = Reading { words: 30 * PROSE_WORDS_PER_MINUTE, lines: 30 * CODE_LINES_PER_MINUTE };
     assert_eq!(hour.minutes(), 60);
+}
+
+#[test]
+fn an_include_counts_the_lines_it_shows() {
+    let text =
+        "a\n// ANCHOR: x\nb\n// ANCHOR: y\nc\n// ANCHOR_END: y\n// ANCHOR_END: x\nd\n// ANCHOR: x\ne\n// ANCHOR_END: x";
+    assert_eq!(select_lines(text, None), ["a", "b", "c", "d", "e"]);
+    assert_eq!(select_lines(text, Some("x")), ["b", "c"]);
+    assert_eq!(select_lines(text, Some("y")), ["c"]);
+    assert_eq!(select_lines(text, Some("3:5")), ["b", "c"]);
+    assert_eq!(select_lines(text, Some("8")), ["d"]);
+    assert_eq!(select_lines(text, Some("10:")), ["e"]);
+    assert_eq!(select_lines(text, Some(":3")), ["a", "b"]);
+}
+
+#[test]
+fn the_first_read_of_chapters_1_to_4_fits_a_sitting() {
+    let minutes = chapter_minutes();
+    let first: usize = minutes.iter().map(|(_, page, _)| page).sum();
+    assert!(
+        first <= FIRST_READ_MINUTES,
+        "chapters 1 to 4 take {first} min on a first read ({minutes:?}: chapter, page, whole program), more than \
+         {FIRST_READ_MINUTES}: move what a first read does not need into the appendix, with a one-line pointer"
+    );
+}
+
+#[test]
+fn every_chapter_links_its_whole_program_in_the_appendix() {
+    let programs = read(PROGRAMS_PAGE);
+    for (n, page, program) in CHAPTERS {
+        // mdbook shows the anchor lines of a file included without an
+        // anchor, so a program is included by one that spans the file.
+        let spec = format!("../../../{program}:whole");
+        let include = format!("{{{{#include {spec}}}}}");
+        assert!(programs.contains(&include), "{PROGRAMS_PAGE} does not include {program}: {include}");
+        assert_eq!(
+            included(&repo().join(PROGRAMS_PAGE), &spec),
+            select_lines(&read(program), None),
+            "{program}: the anchor 'whole' must span the file, from its first line to its last"
+        );
+        assert!(programs.contains(&format!("\n## Chapter {n}\n")), "{PROGRAMS_PAGE} has no heading '## Chapter {n}'");
+        let link = format!("appendix/programs.md#chapter-{n})");
+        assert!(read(page).contains(&link), "{page} does not link its whole program: ({link}");
+    }
 }
 
 /// book/src/appendix/setup-times.json, written by cluster/setup-times.sh.
@@ -574,6 +674,7 @@ const BLOCKS: &[Block] = &[
     ("setup-times", "book/src/appendix/setup.md", setup_times),
     ("readme-setup", "README.md", readme_setup),
     ("reading-times", "book/src/introduction.md", reading_times),
+    ("readme-reading", "README.md", readme_reading),
     ("readme-chapter1", "README.md", readme_chapter1),
     ("setup-chapter1", "book/src/appendix/setup.md", setup_chapter1),
 ];
