@@ -110,7 +110,11 @@ pub async fn create(client: &Client, ns: &str, name: &str, labels: &[(&str, &str
 
 /// Creates `n` pods named PREFIX0, PREFIX1, ... in `ns`, 32 requests at a
 /// time, with `labels` and, when `padding` > 0, an annotation of that many
-/// bytes (to make them as big as real pods, for measurements).
+/// bytes (to make them as big as real pods, for measurements). Returns once
+/// the API server's watch cache holds them all, as [`create`] does for one:
+/// a logger started next finds every one of them in its first list (read at
+/// resourceVersion "0" from that cache, which on a busy machine trails the
+/// last writes by more than a few pods).
 pub async fn create_many(client: &Client, ns: &str, prefix: &str, n: usize, labels: &[(&str, &str)], padding: usize) {
     use futures::StreamExt;
     let api = Api::<Pod>::namespaced(client.clone(), ns);
@@ -126,6 +130,18 @@ pub async fn create_many(client: &Client, ns: &str, prefix: &str, n: usize, labe
         .buffer_unordered(32)
         .for_each(|_| async {})
         .await;
+    let cached = kube::api::ListParams::default().match_any();
+    let held = |list: kube::api::ObjectList<kube::api::PartialObjectMeta<Pod>>| {
+        list.items.iter().filter(|p| p.metadata.name.as_deref().is_some_and(|name| name.starts_with(prefix))).count()
+    };
+    let start = Instant::now();
+    while held(api.list_metadata(&cached).await.expect("list")) < n {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the {n} pods {ns}/{prefix}* never all reached the watch cache"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 pub async fn label(client: &Client, ns: &str, name: &str, key: &str, value: &str) {
