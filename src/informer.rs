@@ -9,7 +9,8 @@
 //! `InitDone`, and that is where we find the pods deleted while we were not
 //! watching.
 
-use crate::protobuf::{self, watch::Wire};
+use crate::wire::Wire;
+use kube_pod_protobuf::watch as protobuf;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -177,7 +178,7 @@ impl Cache {
     }
     // ANCHOR_END: apply
 
-    /// A pod whose status could not be read (protobuf/mod.rs) keeps the
+    /// A pod whose status could not be read (wire.rs) keeps the
     /// status the cache had for it, so the next line does not read "phase
     /// Running -> Unknown" for a status that did not change as far as we
     /// know. Said once per pod, until its status reads again.
@@ -269,9 +270,9 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// Runs the watch until `shutdown`: list, watch, relist on expiry, and hand
 /// every changed key to the queue.
 ///
-/// Pods are read in `wire`'s format: protobuf by default (protobuf/watch.rs,
-/// kube's watcher state machine over the API server's own encoding), or JSON
-/// through kube's watcher itself. The events are the same either way; a
+/// Pods are read in `wire`'s format: protobuf by default (the
+/// kube-pod-protobuf crate, kube's watcher state machine over the API
+/// server's own encoding), or JSON through kube's watcher itself. The events are the same either way; a
 /// server that refuses protobuf (406, 415), or an answer in another format (a
 /// proxy that rewrites Accept), is read as JSON from then on, with one line.
 ///
@@ -337,7 +338,7 @@ pub async fn run(
         let streaming = config.initial_list_strategy == InitialListStrategy::StreamingList;
         // Whether this watcher has finished a list since its last start.
         let mut watcher_listed = false;
-        let mut events = protobuf::watch::events(wire, protobuf_accept.as_deref(), api.clone(), config.clone());
+        let mut events = crate::wire::events(wire, protobuf_accept.as_deref(), api.clone(), config.clone());
         let delay = loop {
             let next = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -378,8 +379,8 @@ pub async fn run(
                     queue.add_all(cache.apply(event));
                     metrics::cache_pods(cache.store().len());
                 }
-                Some(Err(error)) if wire == Wire::Protobuf && protobuf::watch::refuses_protobuf(&error).is_some() => {
-                    let why = protobuf::watch::refuses_protobuf(&error).unwrap_or_default();
+                Some(Err(error)) if wire == Wire::Protobuf && crate::wire::refuses_protobuf(&error).is_some() => {
+                    let why = crate::wire::refuses_protobuf(&error).unwrap_or_default();
                     warn!("{why}: reading them as JSON instead");
                     wire = Wire::Json;
                     break None;
@@ -391,7 +392,7 @@ pub async fn run(
                     );
                     break None;
                 }
-                Some(Err(error)) if protobuf::watch::refused(&error) => {
+                Some(Err(error)) if protobuf::refused(&error) => {
                     // Bytes we will not decode (a frame too long or too
                     // costly, a LIST page too big): the watcher went back to
                     // Empty. Relist, paged and consistent; at once unless the
@@ -541,7 +542,7 @@ fn leaves_empty(error: &watcher::Error, streaming: bool, watcher_listed: bool) -
         watcher::Error::WatchError(status) => status.code == 410,
         // The watch that carries a streaming list failed to start.
         watcher::Error::WatchStartFailed(_) => streaming && !watcher_listed,
-        watcher::Error::WatchFailed(_) => protobuf::watch::refused(error),
+        watcher::Error::WatchFailed(_) => protobuf::refused(error),
     }
 }
 
@@ -826,7 +827,7 @@ pub(crate) mod tests {
     fn errors_that_send_the_watcher_back_to_empty_are_known() {
         let api = |code: u16| kube::Error::Api(kube::core::Status { code, ..Default::default() }.boxed());
         let refused = || {
-            let wire = crate::protobuf::WireError::FrameTooLarge { offset: 0, len: 1 << 30 };
+            let wire = kube_pod_protobuf::WireError::FrameTooLarge { offset: 0, len: 1 << 30 };
             kube::Error::ReadEvents(std::io::Error::new(std::io::ErrorKind::InvalidData, wire))
         };
         // Whatever the mode: a watch event without a resourceVersion, a

@@ -14,13 +14,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::*;
 use demo_controller::pod::Pod;
-use demo_controller::protobuf::{self, Frames, WatchEvent};
 use futures::StreamExt;
 use http_body_util::BodyExt;
 use k8s_pb::api::core::v1 as pb;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
+use kube_pod_protobuf::{self as protobuf, Frames, WatchEvent};
 use prost::Message;
 use serde_json::json;
 
@@ -95,7 +95,7 @@ async fn the_same_pods_read_as_json_and_as_protobuf_are_the_same() {
     assert_eq!((code, content_type.as_str()), (200, "application/vnd.kubernetes.protobuf"));
     let bytes = body.collect().await.unwrap().to_bytes();
     assert_eq!(&bytes[..4], b"k8s\0", "the magic");
-    let page = protobuf::pod_list(bytes.clone()).expect("decode the list");
+    let page = protobuf::pod_list::<Pod>(bytes.clone()).expect("decode the list");
     // Each list has a resourceVersion of its own: the whole store's revision
     // when it was read, which other tests' writes move on between our two
     // reads. Only the pods' own versions are a promise (compared below).
@@ -161,7 +161,7 @@ async fn a_real_watch_is_length_prefixed_protobuf_frames() {
     frames.push(&raw);
     let (frame, offset) = frames.next_frame().unwrap().expect("a frame");
     assert_eq!(offset, 0);
-    match protobuf::watch_event(frame, offset).expect("decode the event") {
+    match protobuf::watch_event::<Pod>(frame, offset).expect("decode the event") {
         WatchEvent::Added(pod) => assert_eq!(pod.metadata.name.as_deref(), Some("p")),
         other => panic!("{other:?}"),
     }

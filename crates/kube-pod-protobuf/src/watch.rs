@@ -4,8 +4,8 @@
 //! kube 5's `watcher` can only ask for JSON, so this is its state machine
 //! (kube-runtime 5.0 `watcher::step_trampolined`) again, step for step, over
 //! requests that ask for `application/vnd.kubernetes.protobuf`. It yields the
-//! same `watcher::Event`s and `watcher::Error`s, so the informer, the cache
-//! and everything after them do not know which wire a pod came over:
+//! same `watcher::Event`s and `watcher::Error`s, so a reflector, a program's
+//! cache and everything after them do not know which wire a pod came over:
 //!
 //! ```text
 //! Empty --(paged)----> Init, LIST page by page: InitApply each pod --> InitDone
@@ -16,22 +16,28 @@
 //! ```
 //!
 //! Errors take the same shape as kube's (`InitialListFailed`, `WatchStartFailed`,
-//! `WatchError` for an ERROR event), so the informer's backoff, relist and
+//! `WatchError` for an ERROR event), so a program's backoff, relist and
 //! messages apply unchanged. Where the two wires could differ, they do not:
 //!
 //! - A connection that breaks in the middle of a watch (a restarted API
-//!   server, a proxy that dropped it, nothing for the read timeout) ends the
-//!   stream as kube's watcher ends a JSON one: one `watch interrupted` line
-//!   ([`watch_interrupted`], the same line logging.rs makes of kube's),
-//!   and the watch resumes from the last resourceVersion at once. Only if
-//!   that fails is it a `watch failed` with the backoff.
-//! - A 2xx answer that is not protobuf (Content-Type, Content-Encoding) is
-//!   [`WireError::NotProtobuf`]: [`refuses_protobuf`] tells the informer to
-//!   read JSON from then on.
+//!   server, a proxy that dropped it, nothing for the client's read timeout)
+//!   ends the stream as kube's watcher ends a JSON one: the watch resumes
+//!   from the last resourceVersion at once, and [`Options::on_interrupted`]
+//!   hears of it (kube-client logs a warning of its own for JSON). Only if
+//!   resuming fails is it a `WatchStartFailed`.
+//!
+//! Where they must differ, the caller decides:
+//!
+//! - A server that will not answer in protobuf: a 406 Not Acceptable or 415
+//!   Unsupported Media Type is `kube::Error::Api` with that code, as kube
+//!   gives it; a 2xx answer that is not protobuf (Content-Type,
+//!   Content-Encoding) is [`WireError::NotProtobuf`] ([`wire_error`] finds
+//!   it). This watcher never switches to JSON by itself: it retries as kube's
+//!   does, and a program that wants JSON then starts kube's own watcher.
 //! - A frame that is refused (too long, too costly to decode, or not a pod
 //!   event) is a `WatchFailed` naming its byte offset, and the watcher goes
 //!   back to Empty: a frame was lost and the stream's framing can no longer
-//!   be trusted, so the informer relists (see [`refused`]).
+//!   be trusted, so its next step lists again ([`refused`] tells these apart).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -41,15 +47,15 @@ use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use http::header::{ACCEPT, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE, HeaderValue};
 use http_body_util::BodyExt;
+use kube::Client;
+use kube::Resource as _;
 use kube::api::{ListParams, VersionMatch, WatchParams};
 use kube::client::Body;
 use kube::core::Request;
 use kube::core::request::Error as BuildError;
 use kube::runtime::watcher::{self, Event, InitialListStrategy, ListSemantic};
-use kube::{Client, Resource};
 
-use super::{Frames, PodPage, WatchEvent, WireError};
-use crate::pod::Pod;
+use crate::{Frames, PodMsg, PodPage, WatchEvent, WireError};
 
 /// What we ask for. (A watch is answered with `;stream=watch` added: frames.)
 pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
@@ -57,62 +63,66 @@ pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 /// kube's watcher gives a watch its timeout plus this before calling it idle.
 const IDLE_MARGIN: Duration = Duration::from_secs(5);
 
-/// Which format to read pods in (`--wire`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Wire {
-    /// The API server's own format: smaller, and cheaper for it to encode
-    #[default]
-    Protobuf,
-    /// JSON, through kube's own watcher
-    Json,
+/// How the watcher asks, and whom it tells of a broken connection.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The media type asked for, [`PROTOBUF`] by default. Another one is for
+    /// tests: a real server answers an unknown type 406 Not Acceptable, which
+    /// is how a program sees what it does with a server that refuses
+    /// protobuf.
+    pub accept: HeaderValue,
+    /// Called once for each watch whose connection broke (the watcher then
+    /// resumes it by itself), with the error the body gave. The default logs
+    /// a warning through `tracing`. A plain `fn`: the hook is for a log line
+    /// or a counter, which live in statics, and a `fn` keeps [`Options`]
+    /// `Clone` and `Debug` with nothing to share.
+    pub on_interrupted: fn(&kube::Error),
 }
 
-impl std::fmt::Display for Wire {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Wire::Protobuf => "protobuf",
-            Wire::Json => "json",
-        })
+impl Default for Options {
+    fn default() -> Options {
+        Options { accept: HeaderValue::from_static(PROTOBUF), on_interrupted: log_interrupted }
     }
 }
 
-/// The events of a watch of `api`'s pods over `wire`: kube's watcher for
-/// JSON, ours for protobuf, asked for as `accept` (None: [`PROTOBUF`]; only
-/// the test seam sets another).
-pub fn events(
-    wire: Wire,
-    accept: Option<&str>,
-    api: kube::Api<Pod>,
-    config: watcher::Config,
-) -> BoxStream<'static, watcher::Result<Event<Pod>>> {
-    match wire {
-        Wire::Json => watcher::watcher(api, config).boxed(),
-        Wire::Protobuf => {
-            let namespace = api.namespace().map(str::to_string);
-            let accept =
-                accept.and_then(|a| HeaderValue::from_str(a).ok()).unwrap_or(HeaderValue::from_static(PROTOBUF));
-            watcher(api.into_client(), namespace, accept, config).boxed()
-        }
-    }
+/// The default [`Options::on_interrupted`]: a warning, so that an outage that
+/// broke the watch is seen, not only survived.
+fn log_interrupted(error: &kube::Error) {
+    tracing::warn!("watch interrupted: {error}; resuming from the last resourceVersion");
 }
 
-/// Whether an error says we will not get pods in protobuf from this server,
-/// and so how, as the start of a line: it refuses protobuf (406 Not
-/// Acceptable, 415 Unsupported Media Type), or something between us and it
-/// answered in another format (a proxy that rewrites Accept, as `kubectl
-/// proxy` does, or re-encodes or compresses). JSON it is, then.
-pub fn refuses_protobuf(error: &watcher::Error) -> Option<String> {
+/// Why a server will not give us pods in protobuf (see [`refusal`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal<'a> {
+    /// It said so: 406 Not Acceptable or 415 Unsupported Media Type.
+    Status(u16),
+    /// Something answered a success in another format: a proxy that rewrote
+    /// the Accept header, re-encoded or compressed the body. The headers as
+    /// they came (cut to 256 characters).
+    Answer {
+        /// The Content-Type that came back.
+        content_type: &'a str,
+        /// The Content-Encoding, if not `identity`.
+        content_encoding: Option<&'a str>,
+    },
+}
+
+/// Whether `error` says this server (or what stands between it and us) will
+/// not give us pods in protobuf, and how. Retrying will not change that, so
+/// this is where a program reads JSON instead, with kube's own watcher; the
+/// watcher here never does so by itself (it would not know how the program
+/// wants it said, or whether it wants JSON at all).
+pub fn refusal(error: &watcher::Error) -> Option<Refusal<'_>> {
     match error {
         watcher::Error::InitialListFailed(kube::Error::Api(s))
         | watcher::Error::WatchStartFailed(kube::Error::Api(s))
             if s.code == 406 || s.code == 415 =>
         {
-            let reason = http::StatusCode::from_u16(s.code).ok().and_then(|c| c.canonical_reason()).unwrap_or_default();
-            Some(format!("the API server refuses pods in protobuf ({} {reason})", s.code))
+            Some(Refusal::Status(s.code))
         }
         watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e) => match wire_error(e) {
-            Some(not @ WireError::NotProtobuf { .. }) => {
-                Some(format!("pods were asked for in protobuf, but {not}", not = lowercase_first(&not.to_string())))
+            Some(WireError::NotProtobuf { content_type, content_encoding }) => {
+                Some(Refusal::Answer { content_type, content_encoding: content_encoding.as_deref() })
             }
             _ => None,
         },
@@ -121,7 +131,8 @@ pub fn refuses_protobuf(error: &watcher::Error) -> Option<String> {
 }
 
 /// Whether an error is a frame or a body this watcher refused to decode (and
-/// so went back to Empty: the informer relists).
+/// so went back to Empty: its next step lists again). A program that counts
+/// relists, or words them, tells these from other failures by it.
 pub fn refused(error: &watcher::Error) -> bool {
     match error {
         watcher::Error::WatchFailed(e) | watcher::Error::InitialListFailed(e) => {
@@ -131,27 +142,26 @@ pub fn refused(error: &watcher::Error) -> bool {
     }
 }
 
-/// The [`WireError`] inside a kube error, where [`read_error`] put it.
-fn wire_error(error: &kube::Error) -> Option<&WireError> {
+/// The [`WireError`] inside a kube error, if it holds one: the watcher puts
+/// its decode failures (and [`WireError::NotProtobuf`]) in
+/// `kube::Error::ReadEvents`, the error kube gives for an unreadable event
+/// stream, so they travel in kube's own error types.
+pub fn wire_error(error: &kube::Error) -> Option<&WireError> {
     match error {
         kube::Error::ReadEvents(io) => io.get_ref().and_then(|e| e.downcast_ref::<WireError>()),
         _ => None,
     }
 }
 
-fn lowercase_first(text: &str) -> String {
-    let mut chars = text.chars();
-    chars.next().map(|c| c.to_lowercase().chain(chars).collect()).unwrap_or_default()
-}
-
-/// Where the watch is, as in kube's watcher.
+/// Where the watch is, as in kube's watcher. Pods wait here as messages,
+/// and become `K` one at a time, as each is handed out.
 enum State {
     /// Nothing yet, or starting over after a 410 Gone.
     Empty,
     /// Listing page by page: the pods of the current page still to hand out.
     InitPage {
         continue_token: Option<String>,
-        objects: VecDeque<Pod>,
+        objects: VecDeque<PodMsg>,
         resource_version: Option<String>,
     },
     /// A streaming list: a watch sending the list as events first.
@@ -168,16 +178,24 @@ enum State {
     },
 }
 
-type Events = BoxStream<'static, Result<WatchEvent, kube::Error>>;
+type Events = BoxStream<'static, Result<WatchEvent<PodMsg>, kube::Error>>;
 
-/// The protobuf watcher of the pods in `namespace` (all namespaces if None).
-pub fn watcher(
+/// The protobuf watcher of the pods in `namespace` (all namespaces if None):
+/// kube's `watcher(api, config)` for pods, read in protobuf. Each pod comes
+/// out as `K` (see the crate's docs for the choices), ready for kube's
+/// `reflector` when `K` is a kube `Resource`.
+///
+/// `config` is read as kube's watcher reads it: the selectors, the page size,
+/// the list semantic, streaming lists or paged, the watch timeout and
+/// bookmarks.
+pub fn watcher<K: From<PodMsg> + Send + 'static>(
     client: Client,
-    namespace: Option<String>,
-    accept: HeaderValue,
+    namespace: Option<&str>,
     config: watcher::Config,
-) -> impl Stream<Item = watcher::Result<Event<Pod>>> + Send + 'static {
-    let api = Requests { client, path: Pod::url_path(&(), namespace.as_deref()), accept };
+    options: Options,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static {
+    let path = k8s_openapi::api::core::v1::Pod::url_path(&(), namespace);
+    let api = Requests { client, path, accept: options.accept, on_interrupted: options.on_interrupted };
     futures::stream::unfold((api, config, State::Empty), |(api, config, mut state)| async move {
         loop {
             let (item, next) = step(&api, &config, state).await;
@@ -191,7 +209,11 @@ pub fn watcher(
 
 /// One step of the state machine: maybe an event (or error) to yield, and
 /// the next state. The same transitions as kube's watcher.
-async fn step(api: &Requests, config: &watcher::Config, state: State) -> (Option<watcher::Result<Event<Pod>>>, State) {
+async fn step<K: From<PodMsg> + Send + 'static>(
+    api: &Requests,
+    config: &watcher::Config,
+    state: State,
+) -> (Option<watcher::Result<Event<K>>>, State) {
     match state {
         State::Empty => match config.initial_list_strategy {
             InitialListStrategy::ListWatch => (
@@ -206,7 +228,7 @@ async fn step(api: &Requests, config: &watcher::Config, state: State) -> (Option
         State::InitPage { continue_token, mut objects, resource_version } => {
             if let Some(pod) = objects.pop_front() {
                 return (
-                    Some(Ok(Event::InitApply(pod))),
+                    Some(Ok(Event::InitApply(K::from(pod)))),
                     State::InitPage { continue_token, objects, resource_version },
                 );
             }
@@ -231,7 +253,7 @@ async fn step(api: &Requests, config: &watcher::Config, state: State) -> (Option
         }
         State::InitialWatch { mut stream } => match next_or_idle(&mut stream, config.timeout).await {
             Some(Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod))) => {
-                (Some(Ok(Event::InitApply(pod))), State::InitialWatch { stream })
+                (Some(Ok(Event::InitApply(K::from(pod)))), State::InitialWatch { stream })
             }
             // The API concepts say a streaming list sends no deletes.
             Some(Ok(WatchEvent::Deleted(_))) => (None, State::InitialWatch { stream }),
@@ -241,7 +263,7 @@ async fn step(api: &Requests, config: &watcher::Config, state: State) -> (Option
             Some(Ok(WatchEvent::Bookmark { .. })) => (None, State::InitialWatch { stream }),
             Some(Ok(WatchEvent::Error(status))) => {
                 let next = if status.code == 410 { State::Empty } else { State::InitialWatch { stream } };
-                (Some(Err(watcher::Error::WatchError(Box::new(status)))), next)
+                (Some(Err(watcher::Error::WatchError(status))), next)
             }
             // A refused frame: the list cannot be trusted to be whole.
             Some(Err(e)) => (Some(Err(watcher::Error::WatchFailed(e))), State::Empty),
@@ -254,25 +276,20 @@ async fn step(api: &Requests, config: &watcher::Config, state: State) -> (Option
             }
         }
         State::Watching { resource_version, mut stream } => match next_or_idle(&mut stream, config.timeout).await {
-            Some(Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod))) => match pod.metadata.resource_version.clone()
-            {
-                Some(rv) if !rv.is_empty() => {
-                    (Some(Ok(Event::Apply(pod))), State::Watching { resource_version: rv, stream })
-                }
-                _ => (Some(Err(watcher::Error::NoResourceVersion)), State::Empty),
+            Some(Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod))) => match resource_version_of(&pod) {
+                Some(rv) => (Some(Ok(Event::Apply(K::from(pod)))), State::Watching { resource_version: rv, stream }),
+                None => (Some(Err(watcher::Error::NoResourceVersion)), State::Empty),
             },
-            Some(Ok(WatchEvent::Deleted(pod))) => match pod.metadata.resource_version.clone() {
-                Some(rv) if !rv.is_empty() => {
-                    (Some(Ok(Event::Delete(pod))), State::Watching { resource_version: rv, stream })
-                }
-                _ => (Some(Err(watcher::Error::NoResourceVersion)), State::Empty),
+            Some(Ok(WatchEvent::Deleted(pod))) => match resource_version_of(&pod) {
+                Some(rv) => (Some(Ok(Event::Delete(K::from(pod)))), State::Watching { resource_version: rv, stream }),
+                None => (Some(Err(watcher::Error::NoResourceVersion)), State::Empty),
             },
             Some(Ok(WatchEvent::Bookmark { resource_version, .. })) => {
                 (None, State::Watching { resource_version, stream })
             }
             Some(Ok(WatchEvent::Error(status))) => {
                 let next = if status.code == 410 { State::Empty } else { State::Watching { resource_version, stream } };
-                (Some(Err(watcher::Error::WatchError(Box::new(status)))), next)
+                (Some(Err(watcher::Error::WatchError(status))), next)
             }
             // A refused frame: an event was lost, and resuming from the last
             // resourceVersion would fetch the same frame again. Relist.
@@ -284,10 +301,16 @@ async fn step(api: &Requests, config: &watcher::Config, state: State) -> (Option
     }
 }
 
+/// A pod's resourceVersion, read before the pod becomes a `K`: the watch
+/// resumes from it, whatever `K` keeps.
+fn resource_version_of(pod: &PodMsg) -> Option<String> {
+    pod.metadata.as_ref().and_then(|m| m.resource_version.clone()).filter(|rv| !rv.is_empty())
+}
+
 /// The next event, or None once the watch has been silent for longer than
 /// its own timeout (plus a margin): as kube's watcher, a silent connection
 /// is given up and the watch resumed.
-async fn next_or_idle(stream: &mut Events, timeout: Option<u32>) -> Option<Result<WatchEvent, kube::Error>> {
+async fn next_or_idle(stream: &mut Events, timeout: Option<u32>) -> Option<Result<WatchEvent<PodMsg>, kube::Error>> {
     let idle = Duration::from_secs(u64::from(timeout.unwrap_or(290))) + IDLE_MARGIN;
     tokio::time::timeout(idle, stream.next()).await.unwrap_or(None)
 }
@@ -325,16 +348,18 @@ struct Requests {
     client: Client,
     path: String,
     accept: HeaderValue,
+    on_interrupted: fn(&kube::Error),
 }
 
 impl Requests {
-    async fn list(&self, params: &ListParams) -> Result<PodPage, kube::Error> {
+    async fn list(&self, params: &ListParams) -> Result<PodPage<PodMsg>, kube::Error> {
         let mut request = Request::new(&self.path).list(params).map_err(kube::Error::BuildRequest)?;
         // kube leaves resourceVersion=0 out of a LIST that has a limit (then
         // every first page would be a consistent read, from etcd). client-go
         // asks its first list at 0, served from the API server's watch cache:
         // so do we, for the first page of a first list (ListSemantic::Any,
-        // which the informer sets only while there is no earlier state).
+        // which a program sets only while it has no earlier state: kube's
+        // default).
         let dropped_by_kube = params.limit.is_some() && params.continue_token.is_none();
         if params.resource_version.as_deref() == Some("0") && dropped_by_kube {
             let uri = format!("{}&resourceVersion=0", request.uri());
@@ -342,11 +367,11 @@ impl Requests {
             *request.uri_mut() = uri.parse().map_err(invalid)?;
         }
         let response = self.send(request, Expect::List).await?;
-        let (body, whole) = read_at_most(response.into_body(), super::MAX_LIST_BODY).await?;
+        let (body, whole) = read_at_most(response.into_body(), crate::MAX_LIST_BODY).await?;
         if !whole {
             return Err(read_error(WireError::BodyTooLarge));
         }
-        super::pod_list(body).map_err(read_error)
+        crate::pod_list(body).map_err(read_error)
     }
 
     async fn watch(&self, params: &WatchParams, resource_version: &str) -> Result<Events, kube::Error> {
@@ -355,7 +380,7 @@ impl Requests {
         // As kube does for watches: no compression of a long-lived stream.
         request.headers_mut().insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
         let response = self.send(request, Expect::Watch).await?;
-        Ok(frames(response.into_body().into_data_stream()).boxed())
+        Ok(frames(response.into_body().into_data_stream(), self.on_interrupted).boxed())
     }
 
     /// Sends `request` asking for protobuf. A success must be protobuf (see
@@ -372,10 +397,10 @@ impl Requests {
         }
         // The server's Status, in protobuf, or in JSON where it could not
         // answer in protobuf (a 406), or whatever text a proxy sent: read up
-        // to MAX_ERROR_BODY of it (an error page can be anything) and cleaned
-        // where it is logged (client::describe).
-        let (body, _) = read_at_most(response.into_body(), super::MAX_ERROR_BODY).await?;
-        let status = super::error_status(body.clone())
+        // to MAX_ERROR_BODY of it (an error page can be anything), kept as
+        // it came: the program cleans what it shows.
+        let (body, _) = read_at_most(response.into_body(), crate::MAX_ERROR_BODY).await?;
+        let status = crate::error_status(body.clone())
             .or_else(|| serde_json::from_slice::<kube::core::Status>(&body).ok())
             .unwrap_or_else(|| {
                 let text = String::from_utf8_lossy(&body);
@@ -407,12 +432,20 @@ impl Expect {
         if is_protobuf && encoding.is_none() {
             return Ok(response);
         }
-        let shown = |t: &str| crate::text::cleaned(t, crate::text::WORD_CHARS * 2).into_owned();
         Err(read_error(WireError::NotProtobuf {
-            content_type: shown(&content_type),
-            content_encoding: encoding.as_deref().map(shown),
+            content_type: at_most(&content_type, SHOWN_CHARS),
+            content_encoding: encoding.as_deref().map(|e| at_most(e, SHOWN_CHARS)),
         }))
     }
+}
+
+/// How much of a header [`WireError::NotProtobuf`] keeps: a media type is a
+/// few dozen characters, and a header can be kilobytes.
+const SHOWN_CHARS: usize = 256;
+
+/// The first `max` characters of `text`.
+fn at_most(text: &str, max: usize) -> String {
+    text.chars().take(max).collect()
 }
 
 /// A body, read up to `cap` bytes: the bytes, and whether that was all of it.
@@ -439,69 +472,43 @@ fn read_error(e: WireError) -> kube::Error {
 /// The watch events in a response body, frame by frame. After a frame that
 /// is refused the stream ends (its framing can no longer be trusted), and
 /// the watcher relists. A connection that breaks ends the stream quietly,
-/// after the one `watch interrupted` line, as kube's watcher does for JSON:
-/// the watcher resumes from the last resourceVersion it saw.
+/// after one call of `on_interrupted`, as kube's watcher does for JSON (where
+/// kube-client logs a warning): the watcher resumes from the last
+/// resourceVersion it saw.
 fn frames(
     body: impl Stream<Item = Result<Bytes, kube::Error>> + Send + 'static,
-) -> impl Stream<Item = Result<WatchEvent, kube::Error>> + Send {
-    futures::stream::unfold((Box::pin(body), Frames::default(), false), |(mut body, mut frames, mut done)| async move {
-        if done {
-            return None;
-        }
-        loop {
-            match frames.next_frame() {
-                Ok(Some((frame, offset))) => {
-                    let event = super::watch_event(frame, offset).map_err(read_error);
-                    done = event.is_err();
-                    return Some((event, (body, frames, done)));
-                }
-                Ok(None) => {}
-                Err(e) => return Some((Err(read_error(e)), (body, frames, true))),
+    on_interrupted: fn(&kube::Error),
+) -> impl Stream<Item = Result<WatchEvent<PodMsg>, kube::Error>> + Send {
+    futures::stream::unfold(
+        (Box::pin(body), Frames::default(), false),
+        move |(mut body, mut frames, mut done)| async move {
+            if done {
+                return None;
             }
-            match body.next().await {
-                Some(Ok(chunk)) => frames.push(&chunk),
-                Some(Err(e)) => {
-                    let why =
-                        if crate::client::timed_out(&e) { Interruption::Silent } else { Interruption::ClosedMidStream };
-                    watch_interrupted(why);
-                    return None;
+            loop {
+                match frames.next_frame() {
+                    Ok(Some((frame, offset))) => {
+                        let event = crate::watch_event(frame, offset).map_err(read_error);
+                        done = event.is_err();
+                        return Some((event, (body, frames, done)));
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Some((Err(read_error(e)), (body, frames, true))),
                 }
-                None => {
-                    let end = frames.finish().map_err(read_error).err()?;
-                    return Some((Err(end), (body, frames, true)));
+                match body.next().await {
+                    Some(Ok(chunk)) => frames.push(&chunk),
+                    Some(Err(e)) => {
+                        on_interrupted(&e);
+                        return None;
+                    }
+                    None => {
+                        let end = frames.finish().map_err(read_error).err()?;
+                        return Some((Err(end), (body, frames, true)));
+                    }
                 }
             }
-        }
-    })
-}
-
-/// Why kube-client ended a watch stream quietly (see logging.rs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Interruption {
-    /// The connection closed in the middle of the response (a restarted API
-    /// server, a proxy that dropped the connection).
-    ClosedMidStream,
-    /// Nothing arrived for the read timeout (a path that went silent).
-    Silent,
-}
-
-/// A watch whose connection broke: the watcher (kube's for JSON, ours for
-/// protobuf) resumes it from the last resourceVersion by itself, and tells
-/// nobody. Logged here, once per break, so that every outage that breaks the
-/// watch shows in the log, and counted as a watch error.
-pub fn watch_interrupted(why: Interruption) {
-    let reason = match why {
-        Interruption::ClosedMidStream => {
-            "the connection to the API server closed in the middle of the watch (was the server restarted?)".to_string()
-        }
-        Interruption::Silent => format!(
-            "the API server sent nothing for {} s, the read timeout: the connection is abandoned",
-            crate::client::READ_TIMEOUT.as_secs()
-        ),
-    };
-    tracing::warn!("watch interrupted: {reason}; resuming from the last resourceVersion");
-    crate::metrics::watch_error();
-    crate::probes::watch_error(Some(reason));
+        },
+    )
 }
 
 #[cfg(test)]
@@ -518,10 +525,22 @@ mod tests {
         response.body(Body::empty()).unwrap()
     }
 
-    /// What came back, as the informer's line names it; None when accepted.
-    fn verdict(expect: Expect, content_type: &str, encoding: Option<&str>) -> Option<String> {
+    /// What was refused, as the error says it; None when accepted.
+    fn verdict(expect: Expect, content_type: &str, encoding: Option<&str>) -> Option<WireError> {
         let error = expect.check(answer(content_type, encoding)).err()?;
-        refuses_protobuf(&watcher::Error::InitialListFailed(error))
+        let error = watcher::Error::InitialListFailed(error);
+        assert!(!refused(&error), "not protobuf is not a refused frame: the caller picks another wire");
+        match &error {
+            watcher::Error::InitialListFailed(e) => Some(wire_error(e).expect("a WireError in ReadEvents").clone()),
+            _ => None,
+        }
+    }
+
+    fn not_protobuf(content_type: &str, encoding: Option<&str>) -> Option<WireError> {
+        Some(WireError::NotProtobuf {
+            content_type: content_type.to_string(),
+            content_encoding: encoding.map(str::to_string),
+        })
     }
 
     #[tokio::test]
@@ -540,19 +559,25 @@ mod tests {
         assert_eq!(verdict(Expect::List, pb, Some("identity")), None);
         assert_eq!(verdict(Expect::Watch, "application/vnd.kubernetes.protobuf;stream=watch", None), None);
         assert_eq!(verdict(Expect::Watch, "Application/Vnd.Kubernetes.Protobuf; stream=watch", None), None);
-        let refused = |t: &str, e: Option<&str>| {
-            let tail = e.map(|e| format!(" and Content-Encoding {e:?}")).unwrap_or_default();
-            Some(format!(
-                "pods were asked for in protobuf, but the answer to a request for protobuf came with Content-Type {t:?}{tail}"
-            ))
-        };
-        assert_eq!(verdict(Expect::List, "application/json", None), refused("application/json", None));
-        assert_eq!(verdict(Expect::List, pb, Some("gzip")), refused(pb, Some("gzip")));
+        assert_eq!(verdict(Expect::List, "application/json", None), not_protobuf("application/json", None));
+        assert_eq!(verdict(Expect::List, pb, Some("gzip")), not_protobuf(pb, Some("gzip")));
         // A list where a watch was asked for, and the other way round.
-        assert_eq!(verdict(Expect::Watch, pb, None), refused(pb, None));
+        assert_eq!(verdict(Expect::Watch, pb, None), not_protobuf(pb, None));
         let stream = "application/vnd.kubernetes.protobuf;stream=watch";
-        assert_eq!(verdict(Expect::List, stream, None), refused(stream, None));
-        // What came back is cleaned before it is named.
-        assert_eq!(verdict(Expect::List, "text/html\t\u{202e}lmth", None), refused(r"text/html\t\u{202e}lmth", None));
+        assert_eq!(verdict(Expect::List, stream, None), not_protobuf(stream, None));
+        // What came back is kept as it came, cut, and quoted in the message.
+        let long = format!("text/html\t\u{202e}{}", "x".repeat(1000));
+        let Some(error) = verdict(Expect::List, &long, None) else { panic!("accepted {long:?}") };
+        assert_eq!(error, not_protobuf(&long[..SHOWN_CHARS + 2], None).unwrap(), "256 characters (U+202E is 3 bytes)");
+        assert!(error.to_string().contains(r#"Content-Type "text/html\t\u{202e}xx"#), "{error}");
+    }
+
+    #[test]
+    fn a_refused_frame_is_told_from_other_failures() {
+        let read = |e: WireError| read_error(e);
+        assert!(refused(&watcher::Error::WatchFailed(read(WireError::Truncated { offset: 9 }))));
+        assert!(refused(&watcher::Error::InitialListFailed(read(WireError::BodyTooLarge))));
+        let api = kube::Error::Api(Box::new(kube::core::Status::failure("", "").with_code(406)));
+        assert!(!refused(&watcher::Error::InitialListFailed(api)));
     }
 }
