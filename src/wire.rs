@@ -13,7 +13,8 @@
 //! - our [`Pod`] made from the crate's messages: the crate hands over the
 //!   text as the server sent it, and it is cleaned here, once, by the same
 //!   `Word` and `Text` the JSON path uses (text.rs), so both wires give the
-//!   same cached pod. The crate keeps no policy on text; we keep one;
+//!   same cached pod (what text is fit for a line is the logger's rule, not
+//!   the reader's);
 //! - a watch whose connection broke: one line, a metric and /healthz's
 //!   reason ([`watch_interrupted`]), whichever watcher saw it.
 
@@ -73,9 +74,8 @@ pub fn events(
 /// Whether an error says we will not get pods in protobuf from this server,
 /// and so how, as the start of a line: it refuses protobuf (406 Not
 /// Acceptable, 415 Unsupported Media Type), or something between us and it
-/// answered in another format (a proxy that rewrites Accept, as `kubectl
-/// proxy` does, or re-encodes or compresses). JSON it is, then: the crate
-/// reports, the logger decides.
+/// answered in another format (a proxy that rewrites Accept, re-encodes or
+/// compresses). JSON it is, then: the crate reports, the logger decides.
 pub fn refuses_protobuf(error: &watcher::Error) -> Option<String> {
     match protobuf::refusal(error)? {
         Refusal::Status(code) => {

@@ -159,7 +159,7 @@ pub enum WireError {
         cost: usize,
     },
     /// A 2xx answer that is not protobuf: a proxy that rewrote the Accept
-    /// header (`kubectl proxy` does), re-encoded or compressed the body. The
+    /// header, re-encoded or compressed the body. The
     /// caller decides what to do; reading JSON instead is the usual answer.
     #[error(
         "the answer to a request for protobuf came with Content-Type {content_type:?}{}",

@@ -295,7 +295,8 @@ async fn step<K: From<PodMsg> + Send + 'static>(
             // resourceVersion would fetch the same frame again. Relist.
             Some(Err(e)) => (Some(Err(watcher::Error::WatchFailed(e))), State::Empty),
             // The stream ended: the server's timeout, or a broken connection
-            // (already logged by `frames`). Resume from where we were.
+            // (already told to `on_interrupted` by `frames`). Resume from
+            // where we were.
             None => (None, State::InitListed { resource_version }),
         },
     }
