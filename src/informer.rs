@@ -178,7 +178,7 @@ impl Cache {
     }
     // ANCHOR_END: apply
 
-    /// A pod whose status could not be read (wire.rs) keeps the
+    /// A pod whose status could not be read (see wire.rs) keeps the
     /// status the cache had for it, so the next line does not read "phase
     /// Running -> Unknown" for a status that did not change as far as we
     /// know. Said once per pod, until its status reads again.
@@ -272,9 +272,10 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 ///
 /// Pods are read in `wire`'s format: protobuf by default (the
 /// kube-pod-protobuf crate, kube's watcher state machine over the API
-/// server's own encoding), or JSON through kube's watcher itself. The events are the same either way; a
-/// server that refuses protobuf (406, 415), or an answer in another format (a
-/// proxy that rewrites Accept), is read as JSON from then on, with one line.
+/// server's own encoding), or JSON through kube's watcher itself. The events
+/// are the same either way; a server that refuses protobuf (406, 415), or an
+/// answer in another format (a proxy that rewrites Accept), is read as JSON
+/// from then on, with one line.
 ///
 /// A watch error never ends the program: it is logged with the server's
 /// reason and retried after the reconnect backoff ([`Backoff`]). We back off
