@@ -49,7 +49,10 @@
 //! repeated message field (`42 00`: an empty ContainerStatus) into a whole
 //! struct, a hundred times its size on the wire, the crate counts what prost
 //! would allocate for the structs of a list or a pod, and refuses bytes that
-//! would take more than [`MAX_DECODED`].
+//! would take more than [`MAX_DECODED`]. Bytes that hold a protobuf group
+//! where the count walks are refused ([`WireError::Group`]): Kubernetes never
+//! sends one, and prost steps over a group at a field number it does not know
+//! and decodes on, past where the count could follow.
 //!
 //! Nothing here panics on bad input: a decode failure is a [`WireError`] that
 //! says which message and where in the bytes (a fuzz test checks).
@@ -87,7 +90,8 @@ pub const MAX_ERROR_BODY: usize = 64 << 10;
 /// The most memory the message structs of one LIST page or one watch frame
 /// may take once decoded, as the crate counts it beforehand: a page of 500
 /// busy pods stays under an eighth of it (a unit test checks); bytes that
-/// would take more are refused.
+/// would take more, or that hold a protobuf group (which the count cannot
+/// follow), are refused.
 pub const MAX_DECODED: usize = 64 << 20;
 
 /// What went wrong reading protobuf, and where: `offset` counts bytes from the
@@ -157,6 +161,16 @@ pub enum WireError {
         offset: usize,
         /// What its structs would take, counted from the bytes.
         cost: usize,
+    },
+    /// A protobuf group (wire type 3 or 4) in a message whose cost is
+    /// counted: Kubernetes never sends one, and prost would step over it and
+    /// decode on, past where the cost could be counted.
+    #[error("the {message} at byte {offset} holds a protobuf group, which Kubernetes never sends: refused")]
+    Group {
+        /// Which message.
+        message: &'static str,
+        /// Where it starts.
+        offset: usize,
     },
     /// A 2xx answer that is not protobuf: a proxy that rewrote the Accept
     /// header, re-encoded or compressed the body. The
@@ -365,10 +379,20 @@ pub fn error_status(body: Bytes) -> Option<kube::core::Status> {
 /// while its struct takes hundreds: a 4 MiB frame of empty container
 /// statuses would be more than a GiB of them. Bytes and strings cost what
 /// they hold (bounded by the body's own cap); the structs are what we count.
-fn check_cost(message: &'static str, bytes: &[u8], offset: usize, cost: fn(&[u8]) -> usize) -> Result<(), WireError> {
+///
+/// Bytes that hold a protobuf group anywhere the count walks are refused
+/// ([`WireError::Group`]): prost would step over the group and decode on,
+/// past where the count could follow.
+fn check_cost(
+    message: &'static str,
+    bytes: &[u8],
+    offset: usize,
+    cost: fn(&[u8]) -> Result<usize, messages::Group>,
+) -> Result<(), WireError> {
     match cost(bytes) {
-        cost if cost > MAX_DECODED => Err(WireError::TooCostly { message, offset, cost }),
-        _ => Ok(()),
+        Err(messages::Group) => Err(WireError::Group { message, offset }),
+        Ok(cost) if cost > MAX_DECODED => Err(WireError::TooCostly { message, offset, cost }),
+        Ok(_) => Ok(()),
     }
 }
 

@@ -469,6 +469,7 @@ fn offset_of(e: &WireError) -> usize {
         | WireError::Kind { offset, .. }
         | WireError::FrameTooLarge { offset, .. }
         | WireError::TooCostly { offset, .. }
+        | WireError::Group { offset, .. }
         | WireError::Truncated { offset } => *offset,
         WireError::BodyTooLarge | WireError::NotProtobuf { .. } => 0,
     }
@@ -503,8 +504,46 @@ fn empty_repeated_entries_are_refused_before_prost_allocates_them() {
     // A real page, 500 busy pods, is far inside the bound.
     let page = pb::PodList { items: (0..500).map(|i| rich_pod(&format!("p{i}"))).collect(), metadata: None };
     let bytes = page.encode_to_vec();
-    assert!(cost_of_list(&bytes) < MAX_DECODED / 8, "{}", cost_of_list(&bytes));
+    let cost = cost_of_list(&bytes).unwrap();
+    assert!(cost < MAX_DECODED / 8, "{cost}");
     assert_eq!(pod_list::<Pod>(envelope("PodList", bytes)).unwrap().items.len(), 500);
+}
+
+/// An empty group at a field number no message has (`9b 06 9c 06`: field
+/// 99): prost steps over it and decodes on, so the cost count must not stop
+/// there. Whatever follows it, the bytes are refused: the pod of a watch
+/// frame, a bookmark, a status decoded on its own, a LIST page, the metadata.
+#[test]
+fn a_protobuf_group_is_refused_before_prost_decodes_past_it() {
+    const GROUP: [u8; 4] = [0x9b, 0x06, 0x9c, 0x06];
+    let after_group = |entry: [u8; 2], count: usize| [&GROUP[..], &entry.repeat(count)].concat();
+    // prost itself reads on past the group: two container statuses here.
+    let decoded = <PodStatusMsg as prost::Message>::decode(&after_group([0x42, 0x00], 2)[..]).unwrap();
+    assert_eq!(decoded.container_statuses.len(), 2);
+
+    let status = after_group([0x42, 0x00], (MAX_FRAME - 4096) / 2);
+    let hostile = frame_with_status(&status);
+    assert!(hostile.len() - 4 <= MAX_FRAME);
+    assert!(matches!(events_of(&hostile, 1 << 16)[..], [Err(WireError::Group { message: "Pod", offset: 0 })]));
+    let error = PodStatusMsg::from_bytes(Bytes::from(status)).unwrap_err();
+    assert_eq!(error, WireError::Group { message: "PodStatus", offset: 0 });
+    assert_eq!(
+        error.to_string(),
+        "the PodStatus at byte 0 holds a protobuf group, which Kubernetes never sends: refused"
+    );
+
+    let pods = envelope("PodList", after_group([0x12, 0x00], 1 << 20));
+    assert!(matches!(pod_list::<PodMsg>(pods), Err(WireError::Group { message: "PodList", .. })));
+
+    // In the metadata (labels, annotations...), in a watch event and a bookmark.
+    let mut meta = vec![0x0a];
+    let inner = after_group([0x62, 0x00], 8);
+    prost::encoding::encode_varint(inner.len() as u64, &mut meta);
+    meta.extend(inner);
+    for kind in ["ADDED", "BOOKMARK"] {
+        let events = events_of(&frame(kind, "Pod", meta.clone()), 64);
+        assert!(matches!(events[..], [Err(WireError::Group { .. })]), "{kind}: {events:?}");
+    }
 }
 
 /// A status that does not decode says where; as a k8s-openapi `Pod` it is
