@@ -77,10 +77,14 @@ pub const MAGIC: &[u8; 4] = b"k8s\0";
 /// larger "length" is a broken stream or a hostile one, not a pod.
 pub const MAX_FRAME: usize = 4 << 20;
 
-/// A LIST response larger than this is refused rather than read on. A page
-/// holds at most the 500 pods kube's watcher asks for by default, so this is
-/// 256 KiB a pod: real pods weigh a small part of that, and only a cluster of
-/// pods near etcd's limit, 500 to a page, would need more.
+/// A LIST response larger than this is refused rather than read on
+/// ([`WireError::BodyTooLarge`]). A page of the 500 pods kube's watcher asks
+/// for by default fits with 256 KiB a pod, far more than real pods weigh.
+/// But the watcher's first LIST, at resourceVersion 0, is answered whole by
+/// the API server's watch cache, whatever the page size: where the pods weigh
+/// more than this in protobuf, that LIST is refused, and the watcher's next
+/// one is consistent (no resourceVersion) and paged, which the server answers
+/// a page at a time (see [`watch`]).
 pub const MAX_LIST_BODY: usize = 128 << 20;
 
 /// How much of an error response is read: a Status is a few hundred bytes,

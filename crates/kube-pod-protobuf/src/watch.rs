@@ -196,15 +196,30 @@ pub fn watcher<K: From<PodMsg> + Send + 'static>(
 ) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static {
     let path = k8s_openapi::api::core::v1::Pod::url_path(&(), namespace);
     let api = Requests { client, path, accept: options.accept, on_interrupted: options.on_interrupted };
-    futures::stream::unfold((api, config, State::Empty), |(api, config, mut state)| async move {
+    let start = (api, config, State::Empty, Lists::default());
+    futures::stream::unfold(start, |(api, config, mut state, mut lists)| async move {
         loop {
-            let (item, next) = step(&api, &config, state).await;
+            let (item, next) = step(&api, &config, state, &mut lists).await;
             state = next;
             if let Some(item) = item {
-                return Some((item, (api, config, state)));
+                return Some((item, (api, config, state, lists)));
             }
         }
     })
+}
+
+/// What the watcher remembers of its LISTs across states: whether it sent
+/// one yet. client-go's rule: only a watcher's first LIST may be served from
+/// the watch cache (resourceVersion 0, with `ListSemantic::Any`); every later
+/// one (a relist after a 410, after a refused page or frame, after any failed
+/// attempt) is a consistent read, never older than what was delivered. And
+/// the watch cache answers a LIST at 0 whole, ignoring the page size, so a
+/// first LIST refused as [`WireError::BodyTooLarge`] is asked again in pages,
+/// not at 0 again forever.
+#[derive(Debug, Default)]
+struct Lists {
+    /// A LIST's first page was asked for.
+    sent: bool,
 }
 
 /// One step of the state machine: maybe an event (or error) to yield, and
@@ -213,6 +228,7 @@ async fn step<K: From<PodMsg> + Send + 'static>(
     api: &Requests,
     config: &watcher::Config,
     state: State,
+    lists: &mut Lists,
 ) -> (Option<watcher::Result<Event<K>>>, State) {
     match state {
         State::Empty => match config.initial_list_strategy {
@@ -237,7 +253,8 @@ async fn step<K: From<PodMsg> + Send + 'static>(
             {
                 return (Some(Ok(Event::InitDone)), State::InitListed { resource_version });
             }
-            let mut params = list_params(config);
+            let first = continue_token.is_none() && !std::mem::replace(&mut lists.sent, true);
+            let mut params = list_params(config, first);
             params.continue_token = continue_token;
             match api.list(&params).await {
                 Ok(page) => {
@@ -316,11 +333,14 @@ async fn next_or_idle(stream: &mut Events, timeout: Option<u32>) -> Option<Resul
     tokio::time::timeout(idle, stream.next()).await.unwrap_or(None)
 }
 
-/// The LIST's parameters, as kube's watcher makes them.
-fn list_params(config: &watcher::Config) -> ListParams {
+/// The LIST's parameters, as kube's watcher makes them, but for the
+/// resourceVersion: "0" (any freshness) only on the `first` LIST of the
+/// watcher, and only with `ListSemantic::Any`; every other LIST is a
+/// consistent read (see [`Lists`]).
+fn list_params(config: &watcher::Config, first: bool) -> ListParams {
     let (resource_version, version_match) = match config.list_semantic {
-        ListSemantic::Any => (Some("0".to_string()), Some(VersionMatch::NotOlderThan)),
-        ListSemantic::MostRecent => (None, None),
+        ListSemantic::Any if first => (Some("0".to_string()), Some(VersionMatch::NotOlderThan)),
+        ListSemantic::Any | ListSemantic::MostRecent => (None, None),
     };
     ListParams {
         label_selector: config.label_selector.clone(),
@@ -358,9 +378,11 @@ impl Requests {
         // kube leaves resourceVersion=0 out of a LIST that has a limit (then
         // every first page would be a consistent read, from etcd). client-go
         // asks its first list at 0, served from the API server's watch cache:
-        // so do we, for the first page of a first list (ListSemantic::Any,
-        // which a program sets only while it has no earlier state: kube's
-        // default).
+        // so do we, on the first page of the watcher's first LIST alone
+        // (`list_params` asks for 0 nowhere else), with ListSemantic::Any
+        // (`Config::any_semantic`; kube's default is MostRecent). The watch
+        // cache answers it whole, whatever the limit; every later LIST is
+        // consistent and paged.
         let dropped_by_kube = params.limit.is_some() && params.continue_token.is_none();
         if params.resource_version.as_deref() == Some("0") && dropped_by_kube {
             let uri = format!("{}&resourceVersion=0", request.uri());
@@ -571,6 +593,62 @@ mod tests {
         let Some(error) = verdict(Expect::List, &long, None) else { panic!("accepted {long:?}") };
         assert_eq!(error, not_protobuf(&long[..SHOWN_CHARS + 2], None).unwrap(), "256 characters (U+202E is 3 bytes)");
         assert!(error.to_string().contains(r#"Content-Type "text/html\t\u{202e}xx"#), "{error}");
+    }
+
+    /// The watch cache answers a LIST at resourceVersion 0 whole (no page
+    /// size), so only the watcher's first LIST asks at 0: after it was
+    /// refused for its size, the next is consistent (no resourceVersion)
+    /// and paged. The requests are taken from a kube `Client` over a
+    /// function that records them: a too-large body first, then one page.
+    #[tokio::test]
+    async fn only_the_first_list_asks_at_resource_version_0() {
+        use prost::Message as _;
+        type Chunks = BoxStream<'static, Result<http_body::Frame<Bytes>, std::convert::Infallible>>;
+        // A body past MAX_LIST_BODY, a MiB at a time.
+        let too_large = || -> Chunks {
+            let chunk = Bytes::from(vec![0; 1 << 20]);
+            let chunks = crate::MAX_LIST_BODY / chunk.len() + 1;
+            futures::stream::iter((0..chunks).map(move |_| Ok(http_body::Frame::data(chunk.clone())))).boxed()
+        };
+        // An empty last page at resourceVersion 7.
+        let page = || -> Chunks {
+            let list = crate::PodListMsg {
+                metadata: Some(crate::ListMetaMsg { resource_version: Some("7".into()), r#continue: None }),
+                items: Vec::new(),
+            };
+            let type_meta = crate::TypeMeta { api_version: Some("v1".into()), kind: Some("PodList".into()) };
+            let unknown = crate::Unknown { type_meta: Some(type_meta), raw: Some(list.encode_to_vec().into()) };
+            let body = [&crate::MAGIC[..], &unknown.encode_to_vec()].concat();
+            futures::stream::iter([Ok(http_body::Frame::data(Bytes::from(body)))]).boxed()
+        };
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let service = {
+            let asked = asked.clone();
+            tower::service_fn(move |request: http::Request<Body>| {
+                let mut asked = asked.lock().unwrap();
+                asked.push(request.uri().to_string());
+                let body = if asked.len() == 1 { too_large() } else { page() };
+                let body = http_body_util::StreamBody::new(body);
+                let response = http::Response::builder().header(CONTENT_TYPE, PROTOBUF).body(body);
+                async move { response }
+            })
+        };
+        let client = Client::new(service, "default");
+        let config = watcher::Config::default().any_semantic();
+        let mut events = std::pin::pin!(watcher::<PodMsg>(client, Some("ns"), config, Options::default()));
+        assert!(matches!(events.next().await, Some(Ok(Event::Init))));
+        match events.next().await {
+            Some(Err(watcher::Error::InitialListFailed(e))) => {
+                assert_eq!(wire_error(&e), Some(&WireError::BodyTooLarge));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(events.next().await, Some(Ok(Event::Init))));
+        assert!(matches!(events.next().await, Some(Ok(Event::InitDone))));
+        let asked = asked.lock().unwrap().clone();
+        assert_eq!(asked.len(), 2, "{asked:?}");
+        assert!(asked[0].contains("limit=500") && asked[0].contains("resourceVersion=0"), "{asked:?}");
+        assert!(asked[1].contains("limit=500") && !asked[1].contains("resourceVersion"), "{asked:?}");
     }
 
     #[test]
