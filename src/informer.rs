@@ -309,7 +309,11 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 ///
 /// A first list that is paged (`--paged-list`, or after one of the first
 /// two) asks at resourceVersion "0", as client-go's does: served from the
-/// API server's watch cache, with nothing earlier to go back from. (On
+/// API server's watch cache, with nothing earlier to go back from. Only that
+/// first LIST request: one whose bytes were refused (the watch cache answers
+/// a LIST at "0" whole, whatever the page size, so a big namespace can pass
+/// the protobuf reader's cap on a LIST response) is followed, as every
+/// relist, by a paged, consistent one. (On
 /// protobuf, that is. kube leaves a resourceVersion of "0" out of a LIST that
 /// has a limit, so on `--wire json` every paged list is a consistent read.)
 ///
@@ -335,6 +339,9 @@ pub async fn run(
     // Whether a list ever completed: from then on there is a state to go
     // back from, and every list must be consistent.
     let mut listed = false;
+    // Whether the bytes of a list were refused before one completed (a page
+    // too big or too costly): the next list must not ask for them again.
+    let mut list_refused = false;
     loop {
         let streaming = config.initial_list_strategy == InitialListStrategy::StreamingList;
         // Whether this watcher has finished a list since its last start.
@@ -398,6 +405,7 @@ pub async fn run(
                     // costly, a LIST page too big): the watcher went back to
                     // Empty. Relist, paged and consistent; at once unless the
                     // last relist brought nothing either (as for a 410).
+                    list_refused |= !listed;
                     let reason = crate::client::describe(&error);
                     warn!("watch failed: {reason}; relisting");
                     metrics::watch_error();
@@ -438,10 +446,14 @@ pub async fn run(
             }
         };
         // A new watcher, in paged mode; consistent once a list completed
-        // (see above). Before that, its list is still the first one, which
-        // has no earlier state to go back from: at "0", from the watch cache.
+        // (see above), or once the bytes of a list were refused (the watch
+        // cache answers a LIST at "0" whole, whatever the page size: the
+        // same request would be refused again). Before that, its list is
+        // still the first one, which has no earlier state to go back from:
+        // at "0", from the watch cache.
         config.initial_list_strategy = InitialListStrategy::ListWatch;
-        config.list_semantic = if listed { watcher::ListSemantic::MostRecent } else { watcher::ListSemantic::Any };
+        config.list_semantic =
+            if listed || list_refused { watcher::ListSemantic::MostRecent } else { watcher::ListSemantic::Any };
         if let Some(delay) = delay {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
