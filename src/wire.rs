@@ -62,9 +62,9 @@ pub fn events(
         Wire::Json => watcher::watcher(api, config).boxed(),
         Wire::Protobuf => {
             let namespace = api.namespace().map(str::to_string);
-            let mut options = protobuf::Options { on_interrupted, ..protobuf::Options::default() };
+            let mut options = protobuf::Options::default().on_interrupted(on_interrupted);
             if let Some(accept) = accept.and_then(|a| http::HeaderValue::from_str(a).ok()) {
-                options.accept = accept;
+                options = options.accept(accept);
             }
             protobuf::watcher(api.into_client(), namespace.as_deref(), config, options).boxed()
         }
@@ -112,20 +112,22 @@ pub enum Interruption {
     Silent,
 }
 
-/// The crate's hook: the error the body gave, told apart by what it says.
-fn on_interrupted(error: &kube::Error) {
-    watch_interrupted(if crate::client::timed_out(error) {
-        Interruption::Silent
-    } else {
-        Interruption::ClosedMidStream
-    });
+/// The crate's hook: the error the body gave (or the crate's idle timer),
+/// told apart by what it says, and what the watcher does next.
+fn on_interrupted(error: &kube::Error, then: protobuf::Then) {
+    let why = if crate::client::timed_out(error) { Interruption::Silent } else { Interruption::ClosedMidStream };
+    watch_interrupted(why, Some(then));
 }
 
 /// A watch whose connection broke: the watcher (kube's for JSON, the crate's
-/// for protobuf) resumes it from the last resourceVersion by itself, and
-/// tells nobody. Logged here, once per break, so that every outage that
-/// breaks the watch shows in the log, and counted as a watch error.
-pub fn watch_interrupted(why: Interruption) {
+/// for protobuf) goes on by itself, resuming it from the last resourceVersion,
+/// or listing again if it was still sending a streaming list's initial
+/// events. kube's tells nobody but a warning of kube-client's (logging.rs
+/// turns it into this call, `then` None: kube does not say which it does);
+/// the crate's calls its hook, with `then`. Logged here, once per break, so
+/// that every outage that breaks the watch shows in the log, and counted as a
+/// watch error.
+pub fn watch_interrupted(why: Interruption, then: Option<protobuf::Then>) {
     let reason = match why {
         Interruption::ClosedMidStream => {
             "the connection to the API server closed in the middle of the watch (was the server restarted?)".to_string()
@@ -135,7 +137,13 @@ pub fn watch_interrupted(why: Interruption) {
             crate::client::READ_TIMEOUT.as_secs()
         ),
     };
-    tracing::warn!("watch interrupted: {reason}; resuming from the last resourceVersion");
+    let next = match then {
+        Some(protobuf::Then::Relist) => "the streaming list was not complete: listing again",
+        Some(protobuf::Then::Resume) => "resuming from the last resourceVersion",
+        // kube's watcher (or a future case of the crate's): either of the two.
+        _ => "resuming from the last resourceVersion, or listing again if the list was not complete",
+    };
+    tracing::warn!("watch interrupted: {reason}; {next}");
     crate::metrics::watch_error();
     crate::probes::watch_error(Some(reason));
 }

@@ -502,7 +502,7 @@ async fn a_refused_first_list_is_followed_by_a_consistent_one() {
 }
 
 /// The API server restarts under a protobuf watch: the broken connection is
-/// the same `watch interrupted` line as on JSON, and the watch resumes from
+/// a `watch interrupted` line as on JSON, and the watch resumes from
 /// its resourceVersion, never a `watch failed` for the broken stream itself.
 /// (While the server is down, the attempts to resume may fail and back off:
 /// those are `watch failed: starting the watch failed`, for the outage.)
