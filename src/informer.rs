@@ -10,7 +10,6 @@
 //! watching.
 
 use crate::wire::Wire;
-use kube_pod_protobuf::watch as protobuf;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -400,7 +399,7 @@ pub async fn run(
                     );
                     break None;
                 }
-                Some(Err(error)) if protobuf::refused(&error) => {
+                Some(Err(error)) if crate::wire::refused(&error) => {
                     // Bytes we will not decode (a frame too long or too
                     // costly, a LIST page too big): the watcher went back to
                     // Empty. Relist, paged and consistent; at once unless the
@@ -555,7 +554,7 @@ fn leaves_empty(error: &watcher::Error, streaming: bool, watcher_listed: bool) -
         watcher::Error::WatchError(status) => status.code == 410,
         // The watch that carries a streaming list failed to start.
         watcher::Error::WatchStartFailed(_) => streaming && !watcher_listed,
-        watcher::Error::WatchFailed(_) => protobuf::refused(error),
+        watcher::Error::WatchFailed(_) => crate::wire::refused(error),
     }
 }
 
@@ -839,10 +838,7 @@ pub(crate) mod tests {
     #[test]
     fn errors_that_send_the_watcher_back_to_empty_are_known() {
         let api = |code: u16| kube::Error::Api(kube::core::Status { code, ..Default::default() }.boxed());
-        let refused = || {
-            let wire = kube_pod_protobuf::WireError::FrameTooLarge { offset: 0, len: 1 << 30 };
-            kube::Error::ReadEvents(std::io::Error::new(std::io::ErrorKind::InvalidData, wire))
-        };
+        let refused = crate::wire::refused_frame;
         // Whatever the mode: a watch event without a resourceVersion, a
         // failed page, a 410, a refused protobuf frame.
         for streaming in [false, true] {

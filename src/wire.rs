@@ -94,6 +94,19 @@ pub fn refuses_protobuf(error: &watcher::Error) -> Option<String> {
     }
 }
 
+/// Whether the protobuf reader refused bytes it would not decode (a frame
+/// too long or too costly, a LIST page too big): its watcher went back to
+/// its start, and its next step lists again.
+pub fn refused(error: &watcher::Error) -> bool {
+    protobuf::refused(error)
+}
+
+/// A frame the protobuf reader refused, as its watcher reports it.
+#[cfg(test)]
+pub fn refused_frame() -> kube::Error {
+    protobuf::read_error(WireError::FrameTooLarge { offset: 0, len: 1 << 30 })
+}
+
 fn lowercase_first(text: &str) -> String {
     let mut chars = text.chars();
     chars.next().map(|c| c.to_lowercase().chain(chars).collect()).unwrap_or_default()

@@ -566,8 +566,10 @@ async fn read_at_most(mut body: Body, cap: usize) -> Result<(Bytes, bool), kube:
     Ok((out.freeze(), true))
 }
 
-/// A decode failure, as the error kube gives for an unreadable event stream.
-fn read_error(e: WireError) -> kube::Error {
+/// A decode failure, as the error kube gives for an unreadable event stream:
+/// how the watcher reports a [`WireError`] ([`wire_error`] finds it again).
+/// Public for a program's tests, to make the errors this watcher yields.
+pub fn read_error(e: WireError) -> kube::Error {
     kube::Error::ReadEvents(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
