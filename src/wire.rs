@@ -91,6 +91,8 @@ pub fn refuses_protobuf(error: &watcher::Error) -> Option<String> {
             };
             Some(format!("pods were asked for in protobuf, but {not}", not = lowercase_first(&not.to_string())))
         }
+        // A kind of refusal the reader learns later: said in general words.
+        _ => Some("the API server will not give us pods in protobuf".to_string()),
     }
 }
 

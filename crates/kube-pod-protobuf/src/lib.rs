@@ -28,10 +28,9 @@
 //!
 //! The crate in four parts:
 //!
-//! - this module: the envelope ([`unwrap_object`]), a LIST page
-//!   ([`pod_list`]), a watch event ([`watch_event`]), the frames of a watch
-//!   stream ([`Frames`]), an error body ([`error_status`]), and the caps on
-//!   what bad bytes can cost;
+//! - this module: a LIST page ([`pod_list`]), a watch event
+//!   ([`watch_event`]), the frames of a watch stream ([`Frames`]) (each
+//!   unwrapping the envelope), and the caps on what bad bytes can cost;
 //! - [`messages`]: the prost structs of the pod fields that are kept, and
 //!   nothing else;
 //! - [`openapi`]: those messages as a k8s-openapi `Pod`, for a program that
@@ -106,6 +105,7 @@ pub const MAX_DECODED: usize = 64 << 20;
 /// line); a program with its own rules for server text applies them where it
 /// shows the error.
 #[derive(Clone, Debug, thiserror::Error, PartialEq)]
+#[non_exhaustive]
 pub enum WireError {
     /// The bytes do not start with [`MAGIC`]: not a Kubernetes protobuf object.
     #[error("not a Kubernetes protobuf object at byte {offset}: it starts {start:02x?}, not with \"k8s\\0\"")]
@@ -218,7 +218,7 @@ struct TypeMeta {
 
 /// An object's kind and message bytes, from `k8s\0` + runtime.Unknown.
 /// `offset` is where `bytes` starts in the body, for errors.
-pub fn unwrap_object(bytes: Bytes, offset: usize) -> Result<(String, Bytes), WireError> {
+pub(crate) fn unwrap_object(bytes: Bytes, offset: usize) -> Result<(String, Bytes), WireError> {
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         return Err(WireError::Magic { offset, start: bytes.iter().take(4).copied().collect() });
     }
@@ -295,6 +295,7 @@ struct RawExtension {
 
 /// One event of a watch, as the API server sends it.
 #[derive(Debug, PartialEq)]
+#[non_exhaustive]
 pub enum WatchEvent<K> {
     /// A pod created (or, in a streaming list, one that was there).
     Added(K),
@@ -368,7 +369,7 @@ fn status_of(raw: Bytes, offset: usize) -> Result<kube::core::Status, WireError>
 
 /// An error response body (`k8s\0` + Unknown{kind: Status}) as kube's Status,
 /// or None when the body is not one (a proxy's text, say).
-pub fn error_status(body: Bytes) -> Option<kube::core::Status> {
+pub(crate) fn error_status(body: Bytes) -> Option<kube::core::Status> {
     let (kind, raw) = unwrap_object(body, 0).ok()?;
     (kind == "Status").then(|| status_of(raw, 0).ok()).flatten()
 }
@@ -405,7 +406,7 @@ fn check_cost(
 /// Splits a watch response into frames as its bytes arrive: feed it each
 /// chunk of the body, take out every complete frame. A frame may span
 /// chunks, and a chunk may hold several frames.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Frames {
     /// Bytes received and not yet taken out as a frame.
     buffer: bytes::BytesMut,

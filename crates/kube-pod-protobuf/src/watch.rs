@@ -141,6 +141,7 @@ fn log_interrupted(error: &kube::Error, then: Then) {
 
 /// Why a server will not give us pods in protobuf (see [`refusal`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Refusal<'a> {
     /// It said so: 406 Not Acceptable or 415 Unsupported Media Type.
     Status(u16),
