@@ -51,8 +51,8 @@ pub struct PodMsg {
 }
 // ANCHOR_END: pod
 
-/// metav1.ObjectMeta: the identity, what a line shows, and the raw entries of
-/// what a client can change after the create.
+/// metav1.ObjectMeta: the identity, what a program shows of a pod, and the
+/// raw entries of what a client can change after the create.
 #[derive(Clone, PartialEq, Message)]
 pub struct MetaMsg {
     /// The pod's name.
@@ -78,7 +78,7 @@ pub struct MetaMsg {
     /// The grace period of a delete under way.
     #[prost(int64, optional, tag = "10")]
     pub deletion_grace_period_seconds: Option<i64>,
-    /// The labels, decoded: a selector or a line uses them.
+    /// The labels, decoded: a selector or a program's output uses them.
     #[prost(btree_map = "string, string", tag = "11")]
     pub labels: BTreeMap<String, String>,
     /// Annotations, each a raw map entry `{1: key, 2: value}`: read as bytes,
