@@ -143,6 +143,14 @@ fn on_interrupted(error: &kube::Error, then: protobuf::Then) {
 /// that every outage that breaks the watch shows in the log, and counted as a
 /// watch error.
 pub fn watch_interrupted(why: Interruption, then: Option<protobuf::Then>) {
+    let (reason, line) = interrupted(why, then);
+    tracing::warn!("{line}");
+    crate::metrics::watch_error();
+    crate::probes::watch_error(Some(reason));
+}
+
+/// The reason (for /healthz) and the line of [`watch_interrupted`].
+fn interrupted(why: Interruption, then: Option<protobuf::Then>) -> (String, String) {
     let reason = match why {
         Interruption::ClosedMidStream => {
             "the connection to the API server closed in the middle of the watch (was the server restarted?)".to_string()
@@ -158,9 +166,8 @@ pub fn watch_interrupted(why: Interruption, then: Option<protobuf::Then>) {
         // kube's watcher (or a future case of the crate's): either of the two.
         _ => "resuming from the last resourceVersion, or listing again if the list was not complete",
     };
-    tracing::warn!("watch interrupted: {reason}; {next}");
-    crate::metrics::watch_error();
-    crate::probes::watch_error(Some(reason));
+    let line = format!("watch interrupted: {reason}; {next}");
+    (reason, line)
 }
 
 // --- Our Pod, from the crate's messages ---------------------------------------------------
