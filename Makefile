@@ -35,10 +35,10 @@ book-serve: ## Serve the book at http://localhost:3000, rebuilt on every change
 book-check: ## Build the book, failing on a warning or an {{#include}} that does not resolve
 	bash book/check.sh
 
-lint: ## cargo fmt --check and clippy with warnings as errors (the bench harness too)
+lint: ## cargo fmt --check and clippy with warnings as errors (the workspace's crates/ and the bench harness too)
 	cargo fmt --all -- --check
 	cargo fmt --manifest-path bench/harness/Cargo.toml --all -- --check
-	cargo clippy --all-targets --locked -- -D warnings
+	cargo clippy --all-targets --locked --workspace -- -D warnings
 	CARGO_TARGET_DIR=$(CURDIR)/target cargo clippy --manifest-path bench/harness/Cargo.toml --all-targets --locked -- -D warnings
 
 image: ## Build the container image from the Dockerfile (docker or podman; local stand-in bases where none can be pulled)

@@ -73,6 +73,9 @@ CARGO_TARGET_DIR=$repo/target cargo test --locked --manifest-path bench/harness/
 # The node tests (node_*) run after them, against a real node of their own.
 bash cluster/up.sh --dir "$dir" >/dev/null
 export DEMO_CONTROLLER_TEST_CLUSTER=$dir
+# The workspace's default members: the program and crates/kube-pod-protobuf
+# (Cargo.toml), so the reader's own tests run here too, and name filters
+# (checked above against the same list) may name them.
 cargo test --locked -- --include-ignored --skip node_ "$@"
 # The tests above read pods in protobuf (the default --wire). Those that
 # exercise the watch (relists after 410, restarts under churn, deletes missed

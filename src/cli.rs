@@ -2,7 +2,7 @@
 //! so a typo costs one clear line instead of a confusing failure later.
 
 use crate::probes::Serve;
-use crate::protobuf::watch::Wire;
+use crate::wire::Wire;
 use std::path::PathBuf;
 use std::time::Duration;
 

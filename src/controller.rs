@@ -2,7 +2,7 @@
 //! kubernetes/sample-controller (`Run`, `runWorker`, `processNextWorkItem`,
 //! `syncHandler`), so a Go controller author finds each piece where expected.
 
-use crate::protobuf::watch::Wire;
+use crate::wire::Wire;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,7 +47,7 @@ pub struct Settings {
     /// again (`None`: never). See [`Controller::resync`].
     pub resync: Option<Duration>,
     pub skip_existing: bool,
-    /// The format the informer reads pods in (`--wire`; see protobuf/).
+    /// The format the informer reads pods in (`--wire`; see wire.rs).
     pub wire: Wire,
     /// The media type protobuf is asked for under (None: the real one; the
     /// fault seam's `protobuf-accept` sets another).

@@ -48,7 +48,7 @@ pub struct Faults {
     slow: Option<Duration>,
     /// The server-side watch timeout to ask for, in whole seconds.
     pub watch_timeout: Option<u32>,
-    /// The media type to ask protobuf under (see protobuf/watch.rs).
+    /// The media type to ask protobuf under (see wire.rs).
     pub protobuf_accept: Option<String>,
 }
 

@@ -9,7 +9,7 @@
 //! `InitDone`, and that is where we find the pods deleted while we were not
 //! watching.
 
-use crate::protobuf::{self, watch::Wire};
+use crate::wire::Wire;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -177,7 +177,7 @@ impl Cache {
     }
     // ANCHOR_END: apply
 
-    /// A pod whose status could not be read (protobuf/mod.rs) keeps the
+    /// A pod whose status could not be read (see wire.rs) keeps the
     /// status the cache had for it, so the next line does not read "phase
     /// Running -> Unknown" for a status that did not change as far as we
     /// know. Said once per pod, until its status reads again.
@@ -269,11 +269,12 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// Runs the watch until `shutdown`: list, watch, relist on expiry, and hand
 /// every changed key to the queue.
 ///
-/// Pods are read in `wire`'s format: protobuf by default (protobuf/watch.rs,
-/// kube's watcher state machine over the API server's own encoding), or JSON
-/// through kube's watcher itself. The events are the same either way; a
-/// server that refuses protobuf (406, 415), or an answer in another format (a
-/// proxy that rewrites Accept), is read as JSON from then on, with one line.
+/// Pods are read in `wire`'s format: protobuf by default (the
+/// kube-pod-protobuf crate, kube's watcher state machine over the API
+/// server's own encoding), or JSON through kube's watcher itself. The events
+/// are the same either way; a server that refuses protobuf (406, 415), or an
+/// answer in another format (a proxy that rewrites Accept), is read as JSON
+/// from then on, with one line.
 ///
 /// A watch error never ends the program: it is logged with the server's
 /// reason and retried after the reconnect backoff ([`Backoff`]). We back off
@@ -307,7 +308,11 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 ///
 /// A first list that is paged (`--paged-list`, or after one of the first
 /// two) asks at resourceVersion "0", as client-go's does: served from the
-/// API server's watch cache, with nothing earlier to go back from. (On
+/// API server's watch cache, with nothing earlier to go back from. Only that
+/// first LIST request: one whose bytes were refused (the watch cache answers
+/// a LIST at "0" whole, whatever the page size, so a big namespace can pass
+/// the protobuf reader's cap on a LIST response) is followed, as every
+/// relist, by a paged, consistent one. (On
 /// protobuf, that is. kube leaves a resourceVersion of "0" out of a LIST that
 /// has a limit, so on `--wire json` every paged list is a consistent read.)
 ///
@@ -333,11 +338,14 @@ pub async fn run(
     // Whether a list ever completed: from then on there is a state to go
     // back from, and every list must be consistent.
     let mut listed = false;
+    // Whether the bytes of a list were refused before one completed (a page
+    // too big or too costly): the next list must not ask for them again.
+    let mut list_refused = false;
     loop {
         let streaming = config.initial_list_strategy == InitialListStrategy::StreamingList;
         // Whether this watcher has finished a list since its last start.
         let mut watcher_listed = false;
-        let mut events = protobuf::watch::events(wire, protobuf_accept.as_deref(), api.clone(), config.clone());
+        let mut events = crate::wire::events(wire, protobuf_accept.as_deref(), api.clone(), config.clone());
         let delay = loop {
             let next = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -378,8 +386,8 @@ pub async fn run(
                     queue.add_all(cache.apply(event));
                     metrics::cache_pods(cache.store().len());
                 }
-                Some(Err(error)) if wire == Wire::Protobuf && protobuf::watch::refuses_protobuf(&error).is_some() => {
-                    let why = protobuf::watch::refuses_protobuf(&error).unwrap_or_default();
+                Some(Err(error)) if wire == Wire::Protobuf && crate::wire::refuses_protobuf(&error).is_some() => {
+                    let why = crate::wire::refuses_protobuf(&error).unwrap_or_default();
                     warn!("{why}: reading them as JSON instead");
                     wire = Wire::Json;
                     break None;
@@ -391,11 +399,12 @@ pub async fn run(
                     );
                     break None;
                 }
-                Some(Err(error)) if protobuf::watch::refused(&error) => {
+                Some(Err(error)) if crate::wire::refused(&error) => {
                     // Bytes we will not decode (a frame too long or too
                     // costly, a LIST page too big): the watcher went back to
                     // Empty. Relist, paged and consistent; at once unless the
                     // last relist brought nothing either (as for a 410).
+                    list_refused |= !listed;
                     let reason = crate::client::describe(&error);
                     warn!("watch failed: {reason}; relisting");
                     metrics::watch_error();
@@ -436,10 +445,14 @@ pub async fn run(
             }
         };
         // A new watcher, in paged mode; consistent once a list completed
-        // (see above). Before that, its list is still the first one, which
-        // has no earlier state to go back from: at "0", from the watch cache.
+        // (see above), or once the bytes of a list were refused (the watch
+        // cache answers a LIST at "0" whole, whatever the page size: the
+        // same request would be refused again). Before that, its list is
+        // still the first one, which has no earlier state to go back from:
+        // at "0", from the watch cache.
         config.initial_list_strategy = InitialListStrategy::ListWatch;
-        config.list_semantic = if listed { watcher::ListSemantic::MostRecent } else { watcher::ListSemantic::Any };
+        config.list_semantic =
+            if listed || list_refused { watcher::ListSemantic::MostRecent } else { watcher::ListSemantic::Any };
         if let Some(delay) = delay {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -541,7 +554,7 @@ fn leaves_empty(error: &watcher::Error, streaming: bool, watcher_listed: bool) -
         watcher::Error::WatchError(status) => status.code == 410,
         // The watch that carries a streaming list failed to start.
         watcher::Error::WatchStartFailed(_) => streaming && !watcher_listed,
-        watcher::Error::WatchFailed(_) => protobuf::watch::refused(error),
+        watcher::Error::WatchFailed(_) => crate::wire::refused(error),
     }
 }
 
@@ -825,10 +838,7 @@ pub(crate) mod tests {
     #[test]
     fn errors_that_send_the_watcher_back_to_empty_are_known() {
         let api = |code: u16| kube::Error::Api(kube::core::Status { code, ..Default::default() }.boxed());
-        let refused = || {
-            let wire = crate::protobuf::WireError::FrameTooLarge { offset: 0, len: 1 << 30 };
-            kube::Error::ReadEvents(std::io::Error::new(std::io::ErrorKind::InvalidData, wire))
-        };
+        let refused = crate::wire::refused_frame;
         // Whatever the mode: a watch event without a resourceVersion, a
         // failed page, a 410, a refused protobuf frame.
         for streaming in [false, true] {

@@ -18,8 +18,9 @@
 //! (flags), client (kubeconfig and clear errors), leader (leader election
 //! and the warm standby), logging, signals (and the
 //! side thread that hears them), probes (/readyz, /healthz), metrics
-//! (/metrics), protobuf (pods in the API server's own format) and faults
-//! (the test seam).
+//! (/metrics), wire (pods in JSON or in protobuf, the API server's own
+//! format, read by the workspace's kube-pod-protobuf crate) and faults (the
+//! test seam).
 
 pub mod cli;
 pub mod client;
@@ -33,8 +34,8 @@ pub mod logging;
 pub mod metrics;
 pub mod pod;
 pub mod probes;
-pub mod protobuf;
 pub mod queue;
 pub mod signals;
 pub mod text;
+pub mod wire;
 pub mod worker;

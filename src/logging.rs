@@ -48,8 +48,8 @@ pub fn init(format: LogFormat) {
 /// ("eof in poll", or "timeout in poll" when our read timeout fired): the
 /// watcher then resumes the watch, and without this layer we would not know
 /// the watch had been down at all. Each such line becomes one line of ours
-/// (see [`crate::protobuf::watch::watch_interrupted`]). On protobuf our own watcher
-/// sees the broken connection and logs the same line (protobuf/watch.rs), so
+/// (see [`crate::wire::watch_interrupted`]). On protobuf our own watcher
+/// sees the broken connection and logs the same line (wire.rs), so
 /// a restart reads the same on both wires.
 struct LibraryLines;
 
@@ -62,9 +62,9 @@ impl<S: Subscriber> Layer<S> for LibraryLines {
         let mut message = Message(String::new());
         event.record(&mut message);
         if message.0.starts_with("eof in poll") {
-            crate::protobuf::watch::watch_interrupted(crate::protobuf::watch::Interruption::ClosedMidStream);
+            crate::wire::watch_interrupted(crate::wire::Interruption::ClosedMidStream, None);
         } else if message.0.starts_with("timeout in poll") {
-            crate::protobuf::watch::watch_interrupted(crate::protobuf::watch::Interruption::Silent);
+            crate::wire::watch_interrupted(crate::wire::Interruption::Silent, None);
         }
     }
 }

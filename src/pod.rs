@@ -38,7 +38,7 @@ pub struct Pod {
     /// without keeping the annotations.
     pub unshown_metadata: u64,
     /// Why the status in the bytes could not be read, when it could not (a
-    /// protobuf status that does not decode: protobuf/mod.rs). `status` is
+    /// protobuf status that does not decode: wire.rs). `status` is
     /// then None, and the informer puts back the status it had, saying so
     /// once (informer.rs, `Cache::apply`). Always None from JSON, where such a
     /// status fails the whole pod.
@@ -348,7 +348,7 @@ fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(deser
 
 /// std's SipHash with its fixed keys: the same value gives the same hash for
 /// the life of the process, which is all a comparison of two versions needs.
-fn hash_of<T: Hash + ?Sized>(value: &T) -> u64 {
+pub(crate) fn hash_of<T: Hash + ?Sized>(value: &T) -> u64 {
     let mut hasher = DefaultHasher::new();
     value.hash(&mut hasher);
     hasher.finish()

@@ -38,6 +38,31 @@ fn the_dockerfile_copies_what_exists_and_ships_this_binary() {
     assert!(minor(version) >= minor(env!("CARGO_PKG_RUST_VERSION")), "{from}");
 }
 
+/// The image builds the whole workspace: every crate the manifest names by
+/// path (a workspace member, a path dependency) is let into the build
+/// context by .dockerignore and copied before the first `cargo build`, which
+/// reads every member's manifest.
+#[test]
+fn the_image_build_context_holds_the_workspace_crates() {
+    let manifest = read("Cargo.toml");
+    let quoted = |text: &str| text.split('"').skip(1).step_by(2).map(str::to_string).collect::<Vec<_>>();
+    let members = manifest.lines().filter(|l| l.starts_with("members = ")).flat_map(quoted);
+    let path_deps =
+        manifest.lines().filter_map(|l| l.split(" path = ").nth(1)).flat_map(|p| quoted(p).into_iter().take(1));
+    let crates: Vec<String> = members.chain(path_deps).collect();
+    assert!(crates.contains(&"crates/kube-pod-protobuf".to_string()), "{crates:?}");
+    let dockerfile = read("Dockerfile");
+    let ignore = read(".dockerignore");
+    let first_build = dockerfile.find("cargo build").expect("a cargo build");
+    for krate in &crates {
+        let top = krate.split('/').next().unwrap();
+        assert!(ignore.lines().any(|l| l == format!("!{top}/")), ".dockerignore leaves {top}/ out of the context");
+        let copy = dockerfile.find(&format!("\nCOPY {top} ./{top}\n")).unwrap_or_else(|| panic!("no COPY of {top}/"));
+        assert!(copy < first_build, "{top}/ is copied after the first cargo build, which needs {krate}/Cargo.toml");
+        assert!(Path::new(env!("CARGO_MANIFEST_DIR")).join(krate).join("Cargo.toml").exists(), "{krate}");
+    }
+}
+
 #[test]
 fn the_image_user_matches_the_manifest_and_is_not_root() {
     let dockerfile = read("Dockerfile");
