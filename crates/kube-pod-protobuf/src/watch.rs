@@ -15,6 +15,11 @@
 //! resourceVersion on; the stream's end resumes from it; 410 Gone: Empty again.
 //! ```
 //!
+//! One thing more than kube's: the resourceVersion it is at, which kube's
+//! watcher keeps to itself, is written to a [`Position`] the program can
+//! read (bookmarks included: they are asked for unless the config disables
+//! them, `allowWatchBookmarks=true`, as in kube).
+//!
 //! Errors take the same shape as kube's (`InitialListFailed`, `WatchStartFailed`,
 //! `WatchError` for an ERROR event), so a program's backoff, relist and
 //! messages apply unchanged. Where the two wires could differ, they do not:
@@ -40,6 +45,7 @@
 //!   be trusted, so its next step lists again ([`refused`] tells these apart).
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -77,11 +83,80 @@ pub struct Options {
     /// or a counter, which live in statics, and a `fn` keeps [`Options`]
     /// `Clone` and `Debug` with nothing to share.
     pub on_interrupted: fn(&kube::Error),
+    /// Where the watcher writes how far the stream has come (see
+    /// [`Position`]). Keep a clone to read it; give the same one to the
+    /// watcher a program builds again after it dropped one, and it goes on
+    /// from where the last one stopped.
+    pub position: Position,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { accept: HeaderValue::from_static(PROTOBUF), on_interrupted: log_interrupted }
+        Options {
+            accept: HeaderValue::from_static(PROTOBUF),
+            on_interrupted: log_interrupted,
+            position: Position::default(),
+        }
+    }
+}
+
+/// How far the watch stream has come, in resourceVersions: what kube's
+/// watcher keeps to itself. A program that must say "every change up to here
+/// is handled" (a leader's progress, for one) reads it here.
+///
+/// Two readings, written by the watcher as it goes:
+///
+/// - [`Position::handled`]: the resourceVersion up to which the stream has
+///   been handed out *and the consumer came back for more*: the last event's,
+///   a bookmark's, or a list's once its `InitDone` was taken. It is written
+///   when the stream is polled for the next event, never when an event is
+///   handed out: a consumer that handles each event before it asks for the
+///   next (the usual `while let Some(e) = stream.next().await { handle(e) }`)
+///   has handled every change at or below it. A relist in progress leaves it
+///   where it was (its pods are not handled until its `InitDone`).
+/// - [`Position::listed`]: the resourceVersion of the last list whose
+///   `InitDone` was handed out (the LIST's, or a streaming list's end
+///   bookmark's), written before that `InitDone` is: a pod the list lacks
+///   was deleted (or left the selector) no later than it.
+#[derive(Clone, Debug, Default)]
+pub struct Position(Arc<Mutex<Marks>>);
+
+#[derive(Debug, Default)]
+struct Marks {
+    handled: Option<String>,
+    listed: Option<String>,
+}
+
+impl Position {
+    /// Every change at or below this resourceVersion was handed out, and the
+    /// consumer has asked for more since. None before the first list is done.
+    pub fn handled(&self) -> Option<String> {
+        self.lock().handled.clone()
+    }
+
+    /// The resourceVersion of the last list completed (see [`Position`]).
+    pub fn listed(&self) -> Option<String> {
+        self.lock().listed.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Marks> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The stream is polled again in `state`: what was handed out before is
+    /// handled. Only a watch has a position; a list's pods are not handled
+    /// until its `InitDone` (after which the state is `InitListed`).
+    fn poll_in(&self, state: &State) {
+        if let State::InitListed { resource_version } | State::Watching { resource_version, .. } = state {
+            self.lock().handled = Some(resource_version.clone());
+        }
+    }
+
+    /// A list's `InitDone` is about to be handed out, the watcher now in `state`.
+    fn list_done(&self, state: &State) {
+        if let State::InitListed { resource_version } | State::Watching { resource_version, .. } = state {
+            self.lock().listed = Some(resource_version.clone());
+        }
     }
 }
 
@@ -195,13 +270,20 @@ pub fn watcher<K: From<PodMsg> + Send + 'static>(
     options: Options,
 ) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static {
     let path = k8s_openapi::api::core::v1::Pod::url_path(&(), namespace);
+    let position = options.position;
     let api = Requests { client, path, accept: options.accept, on_interrupted: options.on_interrupted };
-    futures::stream::unfold((api, config, State::Empty), |(api, config, mut state)| async move {
+    futures::stream::unfold((api, config, State::Empty, position), |(api, config, mut state, position)| async move {
         loop {
+            // Polled again: the consumer is done with what it was handed
+            // (and a bookmark, read inside this loop, hands out nothing).
+            position.poll_in(&state);
             let (item, next) = step(&api, &config, state).await;
             state = next;
             if let Some(item) = item {
-                return Some((item, (api, config, state)));
+                if matches!(item, Ok(Event::InitDone)) {
+                    position.list_done(&state);
+                }
+                return Some((item, (api, config, state, position)));
             }
         }
     })
@@ -571,6 +653,33 @@ mod tests {
         let Some(error) = verdict(Expect::List, &long, None) else { panic!("accepted {long:?}") };
         assert_eq!(error, not_protobuf(&long[..SHOWN_CHARS + 2], None).unwrap(), "256 characters (U+202E is 3 bytes)");
         assert!(error.to_string().contains(r#"Content-Type "text/html\t\u{202e}xx"#), "{error}");
+    }
+
+    #[test]
+    fn the_position_moves_with_the_watch_never_with_a_list_in_progress() {
+        let position = Position::default();
+        let watching =
+            |rv: &str| State::Watching { resource_version: rv.into(), stream: futures::stream::empty().boxed() };
+        position.poll_in(&State::Empty);
+        assert_eq!((position.handled(), position.listed()), (None, None), "nothing listed yet");
+        // A list's InitDone: listed at once, handled once the consumer asks for more.
+        let listed = State::InitListed { resource_version: "10".into() };
+        position.list_done(&listed);
+        assert_eq!((position.handled(), position.listed()), (None, Some("10".into())));
+        position.poll_in(&listed);
+        assert_eq!(position.handled().as_deref(), Some("10"));
+        position.poll_in(&watching("12")); // an event at 12 (or a bookmark) was handled
+        assert_eq!(position.handled().as_deref(), Some("12"));
+        // A relist: its pages move nothing until its InitDone.
+        position.poll_in(&State::Empty);
+        let page =
+            State::InitPage { continue_token: None, objects: VecDeque::new(), resource_version: Some("20".into()) };
+        position.poll_in(&page);
+        assert_eq!((position.handled(), position.listed()), (Some("12".into()), Some("10".into())));
+        position.list_done(&watching("21")); // a streaming list's end bookmark
+        assert_eq!(position.listed().as_deref(), Some("21"));
+        // A clone reads the same handle: what a program keeps.
+        assert_eq!(position.clone().handled().as_deref(), Some("12"));
     }
 
     #[test]
