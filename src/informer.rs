@@ -41,6 +41,10 @@ pub struct Cache {
     /// Read handle of the store. Workers read it through [`Cache::take`] only.
     store: Store<Pod>,
     inner: Mutex<Inner>,
+    /// How far the watch stream has come into this cache, and its keys into
+    /// the queue ([`run`] says when it moves): the protobuf watcher writes
+    /// it, kube's JSON watcher does not. The leader's mark is made of it.
+    position: protobuf::Position,
 }
 
 /// Everything the informer writes, behind one lock. A worker reads the store
@@ -75,6 +79,12 @@ pub struct Tombstone {
     /// stopped matching, and the event cannot tell which (see
     /// [`Cache::apply`]); the worker asks the server (worker.rs).
     pub from_event: bool,
+    /// Found missing by a relist: the resourceVersion of that list, when
+    /// the watcher says it (protobuf; kube's JSON watcher does not). The
+    /// delete happened no later than it, past the pod's last resourceVersion
+    /// (the one in `pod`, which the line shows): the leader election's gate
+    /// needs that bound (leader.rs, `Seen`).
+    pub listed: Option<u64>,
 }
 
 /// What a worker sees for one key, taken in one consistent moment (see
@@ -96,17 +106,24 @@ impl Cache {
             first_list: None,
             unreadable: HashSet::new(),
         };
-        Arc::new(Cache { store, inner: Mutex::new(inner) })
+        Arc::new(Cache { store, inner: Mutex::new(inner), position: protobuf::Position::default() })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// [`Cache::apply_listed`] for a watcher that does not say a list's
+    /// resourceVersion.
+    pub fn apply(&self, event: Event<Pod>) -> Vec<Key> {
+        self.apply_listed(event, None)
+    }
+
     // ANCHOR: apply
     /// The event handlers: apply one watcher event to the store and return the
-    /// keys that need a sync.
-    pub fn apply(&self, event: Event<Pod>) -> Vec<Key> {
+    /// keys that need a sync. `listed`: for an InitDone, the list's
+    /// resourceVersion, if the watcher says it.
+    pub fn apply_listed(&self, event: Event<Pod>, listed: Option<u64>) -> Vec<Key> {
         let mut inner = self.lock();
         let event = match event {
             Event::Apply(pod) => Event::Apply(self.mend_status(&mut inner, pod)),
@@ -128,7 +145,7 @@ impl Cache {
             Event::Delete(pod) => {
                 inner.unreadable.remove(&Key::of(pod));
                 inner.writer.apply_watcher_event(&event);
-                let tombstone = Tombstone { pod: Arc::new(pod.clone()), from_event: true };
+                let tombstone = Tombstone { pod: Arc::new(pod.clone()), from_event: true, listed: None };
                 inner.tombstones.entry(Key::of(pod)).or_default().push(tombstone);
                 vec![Key::of(pod)]
             }
@@ -158,11 +175,13 @@ impl Cache {
                     self.store.state().iter().map(|pod| (Key::of(pod), pod.uid())).collect();
                 // Pods we knew that the new list lacks (or holds under a new
                 // UID) were deleted (or left the selector: a list cannot tell)
-                // while we were not watching: tombstones.
+                // while we were not watching: tombstones. When, nobody saw:
+                // after the pod's last resourceVersion, no later than the list's.
                 for old in before {
                     let key = Key::of(&old);
                     if now.get(&key) != Some(&old.uid()) {
-                        inner.tombstones.entry(key).or_default().push(Tombstone { pod: old, from_event: false });
+                        let tombstone = Tombstone { pod: old, from_event: false, listed };
+                        inner.tombstones.entry(key).or_default().push(tombstone);
                     }
                 }
                 metrics::relisted();
@@ -246,6 +265,11 @@ impl Cache {
         self.lock().first_list.unwrap_or(0)
     }
 
+    /// How far the watch came (see the field), for the leader's mark.
+    pub fn position(&self) -> protobuf::Position {
+        self.position.clone()
+    }
+
     /// The store's read handle: for WaitForCacheSync, resync and counting.
     pub fn store(&self) -> &Store<Pod> {
         &self.store
@@ -323,6 +347,7 @@ pub async fn run(
     queue: Arc<Queue<Key>>,
     shutdown: CancellationToken,
 ) {
+    let position = cache.position.clone();
     let _running = probes::watch_running(); // for /healthz, until we return
     if config.timeout.is_none() {
         config = config.timeout(WATCH_TIMEOUT_SECS);
@@ -339,7 +364,7 @@ pub async fn run(
         let streaming = config.initial_list_strategy == InitialListStrategy::StreamingList;
         // Whether this watcher has finished a list since its last start.
         let mut watcher_listed = false;
-        let mut events = crate::wire::events(wire, protobuf_accept.as_deref(), api.clone(), config.clone());
+        let mut events = crate::wire::events(wire, protobuf_accept.as_deref(), api.clone(), config.clone(), &position);
         let delay = loop {
             let next = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -377,7 +402,18 @@ pub async fn run(
                     }
                     expiries.track(&event);
                     list.track(&event);
-                    queue.add_all(cache.apply(event));
+                    // The list's resourceVersion bounds the deletes it reveals.
+                    // Only the protobuf watcher says it (kube's hides it).
+                    let listed = match (&event, wire) {
+                        (Event::InitDone, Wire::Protobuf) => position.listed().and_then(|rv| rv.parse().ok()),
+                        _ => None,
+                    };
+                    // The keys are queued here, before this loop asks the
+                    // watcher for its next event: only then does the
+                    // protobuf watcher move its `Position` past this one,
+                    // which the leader's mark is made of (leader.rs,
+                    // `next_mark`). Nothing may be awaited in between.
+                    queue.add_all(cache.apply_listed(event, listed));
                     metrics::cache_pods(cache.store().len());
                 }
                 Some(Err(error)) if wire == Wire::Protobuf && crate::wire::refuses_protobuf(&error).is_some() => {
@@ -692,7 +728,8 @@ pub(crate) mod tests {
         cache.apply(Event::Init);
         cache.apply(Event::InitApply(pod("a", "kept", "u2", "1")));
         cache.apply(Event::InitApply(pod("a", "recreated", "u4", "5")));
-        let mut keys = cache.apply(Event::InitDone);
+        // A list at resourceVersion 9: every delete it reveals happened by then.
+        let mut keys = cache.apply_listed(Event::InitDone, Some(9));
         keys.sort();
         keys.dedup();
         assert_eq!(keys, vec![key("a", "gone"), key("a", "kept"), key("a", "recreated")]);
@@ -700,6 +737,8 @@ pub(crate) mod tests {
         assert!(gone.current.is_none());
         assert_eq!(gone.tombstones.len(), 1);
         assert_eq!(gone.tombstones[0].pod.uid().as_deref(), Some("u1"));
+        assert_eq!(gone.tombstones[0].pod.resource_version().as_deref(), Some("1"), "the pod as last known");
+        assert_eq!((gone.tombstones[0].from_event, gone.tombstones[0].listed), (false, Some(9)));
         let recreated = cache.take(&key("a", "recreated"));
         assert_eq!(recreated.current.and_then(|p| p.uid()).as_deref(), Some("u4"));
         assert_eq!(recreated.tombstones[0].pod.uid().as_deref(), Some("u3"));
@@ -717,6 +756,7 @@ pub(crate) mod tests {
         let snap = cache.take(&key("a", "p"));
         assert!(snap.current.is_none());
         assert_eq!(snap.tombstones[0].pod.resource_version().as_deref(), Some("3"));
+        assert_eq!((snap.tombstones[0].from_event, snap.tombstones[0].listed), (true, None), "at the event's own version");
         assert!(cache.take(&key("a", "p")).tombstones.is_empty(), "a tombstone is taken once");
     }
 

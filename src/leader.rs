@@ -11,14 +11,32 @@
 //! graceful shutdown.
 //!
 //! What client-go has no word for is where the new leader starts. Here the
-//! leader writes, with every renew, the resourceVersion of pods up to which
-//! it has logged ([`MARK`]). A standby's worker takes every change in, as
-//! the leader's does, and hands its line to the [`Gate`], which keeps it
-//! until the mark covers it. Once the standby leads, it logs the lines it
-//! kept past the mark. After a graceful handoff the mark is exact: nothing
+//! leader writes, with every renew, how far it has logged ([`MARK`]): the
+//! resourceVersion up to which its informer's watch stream was delivered
+//! (the last event's, a bookmark's, a list's), taken only while no key is
+//! queued or in flight, so every change at or below it was synced
+//! ([`next_mark`]). A standby's worker takes every change in, as the
+//! leader's does, and hands its line to the [`Gate`], which keeps it until
+//! the mark covers it. Once the standby leads, it logs the lines it kept
+//! past the mark. After a graceful handoff the mark is exact: nothing
 //! twice, nothing lost. After a crash the mark is up to one retry period
 //! old, so the kept lines may have been logged already: they say
 //! `replayed=true`.
+//!
+//! One kind of line is not at its pod's resourceVersion: a delete that a
+//! relist found (the pod is missing from the new list; its DELETED event
+//! was missed). It happened somewhere after the pod's last change and no
+//! later than the list, so only a mark past the *list's* resourceVersion
+//! covers it ([`Seen`]); a mark between the two leaves open whether the
+//! leader logged it, and the line then says `replayed=true`. That is why
+//! the mark is a stream position and not the newest pod resourceVersion
+//! logged: in a quiet namespace the latter never reaches a list's
+//! resourceVersion (etcd's revision, which every write anywhere moves, the
+//! lease's renewals too), and such deletes would wait in every standby.
+//! On `--wire json` kube's watcher tells neither the position nor the
+//! list's resourceVersion: the mark is then the newest pod resourceVersion
+//! taken in, and a standby keeps every delete a relist found until it leads
+//! (at most [`PENDING_CAP`] lines), to log it with `replayed=true`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,13 +48,17 @@ use kube::api::PostParams;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use kube_pod_protobuf::watch::Position;
+
 use crate::key::Key;
 use crate::queue::Queue;
 use crate::worker::Change;
 
 /// The annotation on the Lease that carries the leader's progress: every pod
 /// change up to this resourceVersion has been logged (or was in the first
-/// list of a logger that did not lead).
+/// list of a logger that did not lead). On protobuf it is the informer's
+/// stream position, on JSON the newest pod resourceVersion taken in (see
+/// [`next_mark`]).
 pub const MARK: &str = "demo-controller.example.com/logged-up-to";
 
 /// client-go's `JitterFactor`: the renew deadline must leave room for one
@@ -174,6 +196,64 @@ enum Role {
     Standby { mark: Option<u64> },
 }
 
+/// What a line says of *when* its change happened, for the gate to compare
+/// with a mark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// By an event or in a list: the change is at the pod's resourceVersion.
+    AsItHappened,
+    /// A delete a relist inferred (the new list lacks the pod). Its own
+    /// resourceVersion is unknown (the DELETED event was missed): it is past
+    /// the pod's last known one, and no later than the list's, `listed`,
+    /// when the watcher says it (protobuf; kube's JSON watcher does not).
+    Inferred { listed: Option<u64> },
+}
+
+/// Where a line's change stands among resourceVersions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Version {
+    /// At this resourceVersion (None: not a number).
+    At(Option<u64>),
+    /// Somewhere after `after`, no later than `by` (None: unknown).
+    Between { after: Option<u64>, by: Option<u64> },
+}
+
+impl Version {
+    fn of(change: &Change, seen: Seen) -> Version {
+        let own = match change {
+            Change::Add(p) | Change::Delete(p) | Change::Update { new: p, .. } => p.resource_version.parse().ok(),
+        };
+        match seen {
+            Seen::AsItHappened => Version::At(own),
+            Seen::Inferred { listed } => Version::Between { after: own, by: listed },
+        }
+    }
+
+    /// The pod's own resourceVersion, for [`Gate::taken`].
+    fn own(self) -> Option<u64> {
+        match self {
+            Version::At(v) | Version::Between { after: v, .. } => v,
+        }
+    }
+
+    /// The mark says the leader logged it. For an inferred delete only a
+    /// mark past the *list* says so: a mark past the pod's last change, but
+    /// short of the list, may stop before the delete.
+    fn covered_by(self, mark: Option<u64>) -> bool {
+        match self {
+            Version::At(v) => covers(mark, v),
+            Version::Between { by, .. } => covers(mark, by),
+        }
+    }
+
+    /// The mark does not say it was logged, nor that it was not: a delete
+    /// somewhere between the pod's last change (which the mark passed) and
+    /// the list. Such a line is logged with `replayed=true`.
+    fn straddled_by(self, mark: Option<u64>) -> bool {
+        matches!(self, Version::Between { after, .. } if covers(mark, after)) && !self.covered_by(mark)
+    }
+}
+
 /// A line a standby kept: past the leader's mark when its worker took the
 /// change in.
 #[derive(Debug)]
@@ -182,7 +262,7 @@ pub struct Pending {
     pub change: Change,
     pub initial: bool,
     pub reason: Option<&'static str>,
-    version: Option<u64>,
+    version: Version,
 }
 
 #[derive(Debug)]
@@ -190,20 +270,16 @@ struct GateState {
     role: Role,
     /// A standby's lines past the mark, in the order its workers took them.
     pending: std::collections::VecDeque<Pending>,
-    /// The highest resourceVersion a sync took in (logged or silent).
+    /// The highest pod resourceVersion a sync took in (logged or silent).
     taken: Option<u64>,
 }
 
 /// Lines a standby keeps at most. A leader renews its mark every retry
 /// period, which drops what it covers, so only a lease whose holder writes
-/// no mark (not a demo-controller) fills this; past it the oldest go.
+/// no mark (not a demo-controller) fills this, or deletes that relists of
+/// kube's JSON watcher inferred (no mark covers them, see [`Seen`]); past
+/// it the oldest go.
 pub const PENDING_CAP: usize = 100_000;
-
-fn version(change: &Change) -> Option<u64> {
-    match change {
-        Change::Add(p) | Change::Delete(p) | Change::Update { new: p, .. } => p.resource_version.parse().ok(),
-    }
-}
 
 /// Whether `mark` covers a change at `version` (a version that is not a
 /// number is never covered: logged rather than lost).
@@ -244,20 +320,30 @@ impl Gate {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// A worker has a line for `change` of `key`: log it or not?
-    pub fn admit(&self, key: &Key, change: &Change, initial: bool, reason: Option<&'static str>) -> Verdict {
+    /// A worker has a line for `change` of `key`, `seen` as it happened or
+    /// inferred by a relist: log it or not?
+    pub fn admit(
+        &self,
+        key: &Key,
+        change: &Change,
+        seen: Seen,
+        initial: bool,
+        reason: Option<&'static str>,
+    ) -> Verdict {
         let mut state = self.lock();
-        let version = version(change);
-        state.taken = state.taken.max(version);
+        let version = Version::of(change, seen);
+        state.taken = state.taken.max(version.own());
         match state.role {
-            Role::Leading { mark, .. } if covers(mark, version) => Verdict::Silent,
+            Role::Leading { mark, .. } if version.covered_by(mark) => Verdict::Silent,
             // Past the renew deadline another may lead: checked here, at the
             // line, not only when the elector next wakes up (a process that
             // was paused resumes its workers and its elector in any order).
             Role::Leading { until: Some(until), .. } if Instant::now() >= until => Verdict::Silent,
+            // The previous leader's mark neither covers it nor rules it out.
+            Role::Leading { mark, .. } if version.straddled_by(mark) => Verdict::Replayed,
             Role::Leading { .. } => Verdict::Log,
             Role::Standby { mark } => {
-                if !covers(mark, version) {
+                if !version.covered_by(mark) {
                     if state.pending.len() == PENDING_CAP {
                         state.pending.pop_front();
                     }
@@ -270,8 +356,8 @@ impl Gate {
     }
     // ANCHOR_END: gate
 
-    /// The highest resourceVersion taken in so far: the mark to write, when
-    /// nothing is queued or in flight (see [`Elector::progress`]).
+    /// The highest pod resourceVersion taken in so far: the mark to write on
+    /// JSON, when nothing is queued or in flight (see [`next_mark`]).
     pub fn taken(&self) -> Option<u64> {
         self.lock().taken
     }
@@ -287,7 +373,7 @@ impl Gate {
             && mark > old
         {
             state.role = Role::Standby { mark };
-            state.pending.retain(|p| !covers(mark, p.version));
+            state.pending.retain(|p| !p.version.covered_by(mark));
         }
     }
 
@@ -300,11 +386,18 @@ impl Gate {
     }
 
     /// We lead from the lease's `mark`, until `until` unless renewed:
-    /// returns the kept lines it does not cover, to log now, before any other.
-    fn lead(&self, mark: Option<u64>, until: Instant) -> Vec<Pending> {
+    /// returns the kept lines it does not cover, to log now, before any
+    /// other, each with whether the mark left it open that the previous
+    /// leader logged it (see [`Version::straddled_by`]).
+    fn lead(&self, mark: Option<u64>, until: Instant) -> Vec<(Pending, bool)> {
         let mut state = self.lock();
         state.role = Role::Leading { mark, until: Some(until) };
-        state.pending.drain(..).filter(|p| !covers(mark, p.version)).collect()
+        let kept = state.pending.drain(..).filter(|p| !p.version.covered_by(mark));
+        kept.map(|p| {
+            let open = p.version.straddled_by(mark);
+            (p, open)
+        })
+        .collect()
     }
 
     /// No more lines, from now on.
@@ -324,6 +417,36 @@ fn caught_up(joined: Option<u64>, mark: Option<u64>) -> bool {
     }
 }
 
+// ANCHOR: mark
+/// The mark after one look at the informer: its `position`, if the workers
+/// are `idle`, else the `mark` as it was.
+///
+/// The position is the resourceVersion up to which the watch stream was
+/// delivered: the last event's, a bookmark's, or a list's at its InitDone.
+/// On protobuf the watcher writes it only when the informer asks for the
+/// next event (kube-pod-protobuf's `Position`), and the informer asks only
+/// after it queued the keys of the last one; so by the time a position can
+/// be read, the keys of every change at or below it are queued. On JSON
+/// kube's watcher keeps its resourceVersion and bookmarks to itself: the
+/// position is then the highest pod resourceVersion a sync took in
+/// ([`Gate::taken`]), lower, so a safe stand-in. (In a quiet namespace it
+/// stays far below a list's resourceVersion, which is etcd's revision and
+/// moves with every write anywhere, lease renewals too: see [`Seen`].)
+///
+/// Why the position is read FIRST and the idle check made after: read in
+/// the other order, the informer could queue a new change and publish its
+/// position between the two, and the mark would claim a change no worker
+/// has synced yet. Read first, a position published since is simply not
+/// used: every change at or below the one read was queued before the read,
+/// and an idle queue after it means each was synced (and its line written
+/// or kept), but for a key waiting out a retry's backoff, which only the
+/// test seam makes happen here.
+fn next_mark(mark: Option<u64>, position: impl FnOnce() -> Option<u64>, idle: impl FnOnce() -> bool) -> Option<u64> {
+    let position = position();
+    if idle() { mark.max(position) } else { mark }
+}
+// ANCHOR_END: mark
+
 /// The elector: one candidate for the Lease `name` in its namespace.
 pub struct Elector {
     api: Api<Lease>,
@@ -332,6 +455,8 @@ pub struct Elector {
     timings: Timings,
     gate: Arc<Gate>,
     queue: Arc<Queue<Key>>,
+    /// How far the informer's watch stream has come (protobuf only).
+    position: Position,
     observer: Observer,
     /// The mark we last wrote (kept while the queue is busy).
     mark: Option<u64>,
@@ -351,7 +476,14 @@ pub struct Elector {
 }
 
 impl Elector {
-    pub fn new(api: Api<Lease>, name: &str, timings: Timings, gate: Arc<Gate>, queue: Arc<Queue<Key>>) -> Elector {
+    pub fn new(
+        api: Api<Lease>,
+        name: &str,
+        timings: Timings,
+        gate: Arc<Gate>,
+        queue: Arc<Queue<Key>>,
+        position: Position,
+    ) -> Elector {
         Elector {
             api,
             name: name.to_string(),
@@ -359,6 +491,7 @@ impl Elector {
             timings,
             gate,
             queue,
+            position,
             observer: Observer::default(),
             mark: None,
             standing_by: None,
@@ -373,16 +506,14 @@ impl Elector {
         &self.me
     }
 
-    /// The mark to write: what was taken in, once nothing is queued or in
-    /// flight. (On the one thread the informer applies a change and queues
-    /// its key in one step, so an empty queue means every change it applied
-    /// was synced, but for a key waiting out a retry's backoff: here only
-    /// the test seam makes a sync fail.) While keys wait, the last mark
-    /// stands: a mark may lag, never run ahead of the log.
+    /// The mark to write: how far the informer's watch stream has come,
+    /// once nothing is queued or in flight (see [`next_mark`]). While keys
+    /// wait, the last mark stands: a mark may lag, never run ahead of the
+    /// log.
     fn progress(&mut self) -> Option<u64> {
-        if self.queue.is_empty() && self.queue.in_flight().is_empty() {
-            self.mark = self.mark.max(self.gate.taken());
-        }
+        let (position, gate, queue) = (&self.position, &self.gate, &self.queue);
+        let stream = || position.handled().and_then(|rv| rv.parse::<u64>().ok()).max(gate.taken());
+        self.mark = next_mark(self.mark, stream, || queue.is_empty() && queue.in_flight().is_empty());
         self.mark
     }
 
@@ -511,9 +642,11 @@ impl Elector {
         info!(identity = self.me, resumes_after = mark, released, kept = kept.len(), "became leader");
         // What we took in past the mark: after a release the leader had
         // stopped watching before it wrote the mark, so none of it was
-        // logged; after a crash any of it may have been.
-        for p in kept {
-            crate::worker::log(&p.key, &p.change, p.initial, p.reason, (!released).then_some(true));
+        // logged; after a crash any of it may have been. A delete a relist
+        // inferred may have been logged in either case, if the mark passed
+        // the pod's last change (`open`): the delete may lie below the mark.
+        for (p, open) in kept {
+            crate::worker::log(&p.key, &p.change, p.initial, p.reason, (!released || open).then_some(true));
         }
         true
     }
@@ -697,52 +830,182 @@ mod tests {
         Key { namespace: "ns".into(), name: name.into() }
     }
 
-    fn kept(lines: Vec<Pending>) -> Vec<Option<u64>> {
-        lines.into_iter().map(|p| p.version).collect()
+    fn kept(lines: Vec<(Pending, bool)>) -> Vec<Option<u64>> {
+        lines.into_iter().map(|(p, _)| p.version.own()).collect()
+    }
+
+    fn delete(rv: &str) -> Change {
+        Change::Delete(PodState { uid: "u".into(), resource_version: rv.into(), ..Default::default() })
+    }
+
+    /// A delete the relist at `listed` inferred (None: kube's JSON watcher).
+    fn inferred(listed: Option<u64>) -> Seen {
+        Seen::Inferred { listed }
+    }
+
+    /// What a standby logs when it takes the lease from `mark`: each kept
+    /// line's pod resourceVersion, and whether it says `replayed=true`
+    /// after a lease that expired (`released` false) or was released.
+    fn takeover(gate: &Gate, mark: Option<u64>) -> Vec<(Option<u64>, bool)> {
+        let lines = gate.lead(mark, Instant::now() + Duration::from_secs(60));
+        lines.into_iter().map(|(p, open)| (p.version.own(), open)).collect()
+    }
+
+    #[test]
+    fn a_delete_a_relist_inferred_is_kept_until_the_mark_passes_the_list() {
+        // The pod was last changed at 10; the relist at 50 lacks it. The
+        // leader's mark 30 passed the pod's change, and says nothing of the
+        // delete, which lies anywhere in 11..=50.
+        let gate = Gate::standby();
+        gate.follow(Some(30));
+        assert_eq!(gate.admit(&key("gone"), &delete("10"), inferred(Some(50)), false, None), Verdict::Silent);
+        gate.follow(Some(49));
+        // Taken over at 49: logged, and `replayed=true` even after a
+        // release: the delete may lie below the mark, and then was logged.
+        assert_eq!(takeover(&gate, Some(49)), vec![(Some(10), true)]);
+
+        // Once the leader's stream passed the list, it logged the delete.
+        let gate = Gate::standby();
+        gate.admit(&key("gone"), &delete("10"), inferred(Some(50)), false, None);
+        gate.follow(Some(50));
+        assert_eq!(takeover(&gate, Some(50)), vec![]);
+        // The same line seen as it happened (a DELETED event at 10) goes
+        // with any mark from 10 on.
+        let gate = Gate::standby();
+        gate.follow(Some(30));
+        gate.admit(&key("gone"), &delete("10"), Seen::AsItHappened, false, None);
+        assert_eq!(takeover(&gate, Some(30)), vec![]);
+    }
+
+    #[test]
+    fn a_delete_inferred_past_the_mark_is_not_said_to_be_replayed() {
+        // The mark is short of the pod's last change: the delete came after
+        // it, so the leader cannot have logged it before its mark.
+        let gate = Gate::standby();
+        gate.follow(Some(5));
+        gate.admit(&key("gone"), &delete("10"), inferred(Some(50)), false, None);
+        assert_eq!(takeover(&gate, Some(5)), vec![(Some(10), false)]);
+    }
+
+    #[test]
+    fn a_delete_inferred_without_the_lists_version_is_never_dropped() {
+        // kube's JSON watcher does not say the list's resourceVersion: no
+        // mark can tell that the leader logged it.
+        let gate = Gate::standby();
+        gate.admit(&key("gone"), &delete("10"), inferred(None), false, None);
+        gate.follow(Some(u64::MAX - 1));
+        assert_eq!(takeover(&gate, Some(u64::MAX - 1)), vec![(Some(10), true)], "kept, and replayed");
+        // A leader that took over from a mark logs it, replayed.
+        assert_eq!(gate.admit(&key("b"), &delete("10"), inferred(None), false, None), Verdict::Replayed);
+        // Without a mark to doubt (no election), a plain line.
+        let alone = Gate::leading();
+        assert_eq!(alone.admit(&key("b"), &delete("10"), inferred(None), false, None), Verdict::Log);
+    }
+
+    #[test]
+    fn a_leader_judges_an_inferred_delete_by_the_list_not_the_pod() {
+        let gate = Gate::standby();
+        gate.lead(Some(30), Instant::now() + Duration::from_secs(60));
+        // The predecessor's mark 30 < the list's 50: it may or may not have
+        // logged the delete. Logged, saying so.
+        assert_eq!(gate.admit(&key("a"), &delete("10"), inferred(Some(50)), false, None), Verdict::Replayed);
+        // A mark past the list: the predecessor logged it.
+        assert_eq!(gate.admit(&key("a"), &delete("10"), inferred(Some(25)), false, None), Verdict::Silent);
+        // A pod last changed past the mark: the predecessor never saw it go.
+        assert_eq!(gate.admit(&key("a"), &delete("40"), inferred(Some(50)), false, None), Verdict::Log);
+        // What the pod's own version taken counts for the mark (JSON's).
+        assert_eq!(gate.taken(), Some(40));
+    }
+
+    #[tokio::test]
+    async fn a_mark_never_passes_a_change_still_queued_or_in_flight() {
+        let queue: Arc<Queue<Key>> = Queue::new("mark-test");
+        let idle = || queue.is_empty() && queue.in_flight().is_empty();
+        // The informer queued the key of a change at 7, then moved its
+        // position to 7.
+        queue.add_all([key("a")]);
+        assert_eq!(next_mark(Some(5), || Some(7), idle), Some(5), "queued: not synced yet");
+        let a = queue.get().await.expect("a key");
+        assert_eq!(next_mark(Some(5), || Some(7), idle), Some(5), "in flight: its line may not be written yet");
+        queue.done(&a);
+        assert_eq!(next_mark(Some(5), || Some(7), idle), Some(7));
+        // The informer runs between the read of the position (7) and the
+        // idle check: it queues b's change at 9 and moves to 9. The mark
+        // read first says 7, which b's sync does not need.
+        let position = std::cell::Cell::new(7);
+        let informer_meanwhile = || {
+            queue.add_all([key("b")]);
+            position.set(9);
+            true // the check saw the queue before b came
+        };
+        assert_eq!(next_mark(Some(7), || Some(position.get()), informer_meanwhile), Some(7));
+        assert_eq!(position.get(), 9);
+        // A position that went back (a relist served lower) never lowers the mark.
+        assert_eq!(next_mark(Some(7), || Some(3), || true), Some(7));
     }
 
     #[test]
     fn a_standby_keeps_what_the_leader_has_not_logged_yet() {
         let gate = Gate::standby();
-        assert_eq!(gate.admit(&key("a"), &add("5"), false, None), Verdict::Silent, "a standby never logs");
-        assert_eq!(gate.admit(&key("b"), &add("7"), false, None), Verdict::Silent);
+        assert_eq!(
+            gate.admit(&key("a"), &add("5"), Seen::AsItHappened, false, None),
+            Verdict::Silent,
+            "a standby never logs"
+        );
+        assert_eq!(gate.admit(&key("b"), &add("7"), Seen::AsItHappened, false, None), Verdict::Silent);
         gate.follow(Some(5)); // the leader logged up to 5
         gate.follow(Some(4)); // an older mark changes nothing
-        assert_eq!(gate.admit(&key("c"), &add("3"), false, None), Verdict::Silent, "a late change the mark covers");
+        assert_eq!(
+            gate.admit(&key("c"), &add("3"), Seen::AsItHappened, false, None),
+            Verdict::Silent,
+            "a late change the mark covers"
+        );
         // A graceful handoff: the released lease's mark is exact.
         let until = Instant::now() + Duration::from_secs(60);
         assert_eq!(kept(gate.lead(Some(6), until)), vec![Some(7)]);
-        assert_eq!(gate.admit(&key("d"), &add("6"), false, None), Verdict::Silent, "the old leader's");
-        assert_eq!(gate.admit(&key("d"), &add("8"), false, None), Verdict::Log);
+        assert_eq!(
+            gate.admit(&key("d"), &add("6"), Seen::AsItHappened, false, None),
+            Verdict::Silent,
+            "the old leader's"
+        );
+        assert_eq!(gate.admit(&key("d"), &add("8"), Seen::AsItHappened, false, None), Verdict::Log);
     }
 
     #[test]
     fn a_version_that_is_not_a_number_is_never_covered() {
         let gate = Gate::standby();
-        gate.admit(&key("a"), &add("x"), false, None);
+        gate.admit(&key("a"), &add("x"), Seen::AsItHappened, false, None);
         gate.follow(Some(u64::MAX));
         assert_eq!(kept(gate.lead(Some(u64::MAX), Instant::now() + Duration::from_secs(60))), vec![None]);
-        assert_eq!(gate.admit(&key("a"), &add("y"), false, None), Verdict::Log);
+        assert_eq!(gate.admit(&key("a"), &add("y"), Seen::AsItHappened, false, None), Verdict::Log);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_leader_past_its_renew_deadline_writes_no_line() {
         let gate = Gate::standby();
         gate.lead(None, Instant::now() + Duration::from_secs(2));
-        assert_eq!(gate.admit(&key("a"), &add("1"), false, None), Verdict::Log);
+        assert_eq!(gate.admit(&key("a"), &add("1"), Seen::AsItHappened, false, None), Verdict::Log);
         tokio::time::advance(Duration::from_secs(1)).await;
         gate.renewed(Instant::now() + Duration::from_secs(2));
         tokio::time::advance(Duration::from_millis(1999)).await;
-        assert_eq!(gate.admit(&key("a"), &add("2"), false, None), Verdict::Log, "renewed in time");
+        assert_eq!(gate.admit(&key("a"), &add("2"), Seen::AsItHappened, false, None), Verdict::Log, "renewed in time");
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(gate.admit(&key("a"), &add("3"), false, None), Verdict::Silent, "the deadline passed");
+        assert_eq!(
+            gate.admit(&key("a"), &add("3"), Seen::AsItHappened, false, None),
+            Verdict::Silent,
+            "the deadline passed"
+        );
     }
 
     #[test]
     fn without_election_every_change_is_logged() {
         let gate = Gate::leading();
-        assert_eq!(gate.admit(&key("a"), &add("1"), false, None), Verdict::Log);
+        assert_eq!(gate.admit(&key("a"), &add("1"), Seen::AsItHappened, false, None), Verdict::Log);
         gate.stop();
-        assert_eq!(gate.admit(&key("a"), &add("2"), false, None), Verdict::Silent, "a lost lease: no line");
+        assert_eq!(
+            gate.admit(&key("a"), &add("2"), Seen::AsItHappened, false, None),
+            Verdict::Silent,
+            "a lost lease: no line"
+        );
     }
 }

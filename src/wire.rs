@@ -51,18 +51,21 @@ impl std::fmt::Display for Wire {
 
 /// The events of a watch of `api`'s pods over `wire`: kube's watcher for
 /// JSON, the crate's for protobuf, asked for as `accept` (None: the real
-/// media type; only the test seam sets another).
+/// media type; only the test seam sets another). The crate's watcher writes
+/// how far it came in `position` (kube's keeps that to itself).
 pub fn events(
     wire: Wire,
     accept: Option<&str>,
     api: kube::Api<Pod>,
     config: watcher::Config,
+    position: &protobuf::Position,
 ) -> BoxStream<'static, watcher::Result<Event<Pod>>> {
     match wire {
         Wire::Json => watcher::watcher(api, config).boxed(),
         Wire::Protobuf => {
             let namespace = api.namespace().map(str::to_string);
-            let mut options = protobuf::Options { on_interrupted, ..protobuf::Options::default() };
+            let position = position.clone();
+            let mut options = protobuf::Options { on_interrupted, position, ..protobuf::Options::default() };
             if let Some(accept) = accept.and_then(|a| http::HeaderValue::from_str(a).ok()) {
                 options.accept = accept;
             }

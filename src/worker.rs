@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 
 use crate::informer::Cache;
 use crate::key::Key;
-use crate::leader::Verdict;
+use crate::leader::{Seen, Verdict};
 use crate::pod::{Pod, PodState};
 use crate::text::{NAME_CHARS, cleaned};
 
@@ -183,10 +183,21 @@ impl Worker {
                 _ => None,
             };
             let initial = matches!(&change, Change::Add(p) if snapshot.initial.contains(&p.uid));
-            // With --leader-elect, the gate says whose line it is (leader.rs).
+            // With --leader-elect, the gate says whose line it is (leader.rs),
+            // by when the change happened: a delete a relist inferred is not
+            // at its pod's resourceVersion, but somewhere after it.
+            let inferred = match &change {
+                Change::Delete(p) => snapshot.tombstones.iter().find(|t| {
+                    !t.from_event
+                        && t.pod.metadata.uid.as_deref() == Some(p.uid.as_str())
+                        && t.pod.metadata.resource_version.as_deref() == Some(p.resource_version.as_str())
+                }),
+                _ => None,
+            };
+            let seen = inferred.map_or(Seen::AsItHappened, |t| Seen::Inferred { listed: t.listed });
             let verdict = match initial && self.skip_existing {
                 true => Verdict::Silent,
-                false => self.gate.admit(key, &change, initial, reason),
+                false => self.gate.admit(key, &change, seen, initial, reason),
             };
             let shown = verdict != Verdict::Silent;
             if shown {
