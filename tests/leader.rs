@@ -2,7 +2,8 @@
 //! loggers, one Lease, pods created and deleted every 100 ms. The promises:
 //! one of them logs; a standby never does; a handoff (SIGTERM) logs nothing
 //! twice and loses nothing; a crash (SIGKILL) loses nothing and marks what
-//! it may repeat; a leader cut off from the API server stops logging.
+//! it may repeat, a delete the new leader learns of only from a relist
+//! included; a leader cut off from the API server stops logging.
 
 mod common;
 
@@ -318,4 +319,87 @@ async fn a_paused_leader_writes_no_line_past_its_renew_deadline() {
     assert_eq!(a.wait_exit(T).await.code(), Some(1), "{}", a.dump());
     a.wait_message("lost the lease: no renew within the renew deadline, exiting (exit code 1)", T).await;
     assert_eq!(a.events(&ns), Vec::<String>::new(), "the paused leader logged:\n{}", a.dump());
+}
+
+/// The leader's mark on the lease, once it is at least `at_least`.
+async fn mark_reaches(client: &Client, ns: &str, at_least: u64) -> u64 {
+    let leases = Api::<Lease>::namespaced(client.clone(), ns);
+    let start = Instant::now();
+    loop {
+        let lease = leases.get("demo-controller").await.expect("get lease");
+        let annotations = lease.metadata.annotations.unwrap_or_default();
+        let mark = annotations.get("demo-controller.example.com/logged-up-to").and_then(|m| m.parse::<u64>().ok());
+        if let Some(mark) = mark.filter(|m| *m >= at_least) {
+            return mark;
+        }
+        assert!(start.elapsed() < T, "the lease's mark never reached {at_least} (it is {mark:?})");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn resource_version(pod: &Pod) -> u64 {
+    pod.metadata.resource_version.as_deref().and_then(|rv| rv.parse().ok()).expect("a resourceVersion")
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delete_only_a_relist_finds_is_not_lost_when_the_leader_dies() {
+    // A delete that nobody watched: the leader dies without seeing it, and
+    // the standby learns of it only from a relist, which knows the pod's
+    // last resourceVersion, not the delete's. The leader's mark had passed
+    // the pod's last change; it says nothing of the delete.
+    let plane = Plane::start("leader-relist").await;
+    let c = &plane.cluster;
+    let ns = namespace(&c.client, "unseen").await;
+    let mut a = candidate(&c.kubeconfig, &ns);
+    let a_id = leads(&a).await;
+    a.synced().await;
+    let metrics = free_port();
+    let b = candidate_with(&c.kubeconfig, &ns, &["--metrics-addr", &format!("127.0.0.1:{metrics}")]);
+    b.wait_message(&format!("standing by: {a_id} leads"), T).await;
+    b.synced().await;
+    create(&c.client, &ns, "gone", &[]).await;
+    a.wait_message(&format!("onAdd: {ns}/gone"), T).await;
+    // A later change of another pod: the leader's mark passes gone's
+    // resourceVersion once it has logged it.
+    let other = create(&c.client, &ns, "other", &[]).await;
+    a.wait_message(&format!("onAdd: {ns}/other"), T).await;
+    mark_reaches(&c.client, &ns, resource_version(&other)).await;
+    // The standby holds both pods too (silently: its cache's gauge says so).
+    let start = Instant::now();
+    while !http_get(metrics, "/metrics").1.contains("demo_controller_cache_pods 2\n") {
+        assert!(start.elapsed() < T, "the standby never cached both pods\n{}", b.dump());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The API server goes away, then the leader dies. A second API server on
+    // the same etcd takes the delete and compacts the history past it, so
+    // the standby's watch cannot resume: it must relist.
+    let port = free_port();
+    plane.start_apiserver("second-apiserver", Some(port), &["--etcd-compaction-interval=1s"]).await;
+    plane.kill_apiserver();
+    a.signal("KILL");
+    a.wait_exit(T).await;
+    let second = plane.admin_client(&format!("https://127.0.0.1:{port}")).await;
+    delete(&second, &ns, "gone").await;
+    let unseen = current_resource_version(&second, &ns).await;
+    for i in 0..20 {
+        label(&second, &ns, "other", "bump", &i.to_string()).await;
+    }
+    wait_compacted(&second, &ns, &unseen).await;
+    plane.start_apiserver("kube-apiserver", None, &[]).await;
+
+    // The standby takes the expired lease and relists, in either order; the
+    // relist comes after its watch's backoff, grown while the server was
+    // away: up to 30 s, plus up to half again of jitter.
+    let relisting = "the watch expired (410 Gone: its resourceVersion was compacted away); relisting";
+    b.wait_message(relisting, 2 * T + T / 2).await;
+    let took_over = b.wait_message("became leader", 2 * T + T / 2).await;
+    assert_eq!(took_over["released"], false, "{took_over}");
+    // Every line of what came before the marker is in (see wait_events).
+    b.wait_events(&ns, 0).await;
+    let deletes: Vec<Value> =
+        b.event_lines(&ns).into_iter().filter(|v| v["message"] == format!("onDelete: {ns}/gone")).collect();
+    assert_eq!(deletes.len(), 1, "the delete found by the relist was lost or doubled:\n{}\n{}", a.dump(), b.dump());
+    silent_until_it_leads(&b);
 }
