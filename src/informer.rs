@@ -756,7 +756,11 @@ pub(crate) mod tests {
         let snap = cache.take(&key("a", "p"));
         assert!(snap.current.is_none());
         assert_eq!(snap.tombstones[0].pod.resource_version().as_deref(), Some("3"));
-        assert_eq!((snap.tombstones[0].from_event, snap.tombstones[0].listed), (true, None), "at the event's own version");
+        assert_eq!(
+            (snap.tombstones[0].from_event, snap.tombstones[0].listed),
+            (true, None),
+            "at the event's own version"
+        );
         assert!(cache.take(&key("a", "p")).tombstones.is_empty(), "a tombstone is taken once");
     }
 
