@@ -32,7 +32,11 @@
 //! the mark is a stream position and not the newest pod resourceVersion
 //! logged: in a quiet namespace the latter never reaches a list's
 //! resourceVersion (etcd's revision, which every write anywhere moves, the
-//! lease's renewals too), and such deletes would wait in every standby.
+//! lease's renewals too), and such deletes would wait in every standby, to
+//! be logged again by the next leader. The position moves in a quiet
+//! namespace too, with the bookmark the API server sends before it ends
+//! each watch (see `informer::WATCH_TIMEOUT_SECS`), so a standby drops such
+//! a delete soon after the leader logged it.
 //! On `--wire json` kube's watcher tells neither the position nor the
 //! list's resourceVersion: the mark is then the newest pod resourceVersion
 //! taken in, and a standby keeps every delete a relist found until it leads
@@ -183,7 +187,7 @@ pub enum Verdict {
     /// No line now: the leader logged it, or we stand by (then the gate
     /// keeps the line until the leader's mark passes it or we lead).
     Silent,
-    /// Log it with `replayed=true`: a leader that died may have logged it.
+    /// Log it with `replayed=true`: the previous leader may have logged it.
     Replayed,
 }
 
