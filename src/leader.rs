@@ -19,7 +19,8 @@
 //! leader's does, and hands its line to the [`Gate`], which keeps it until
 //! the mark covers it. Once the standby leads, it logs the lines it kept
 //! past the mark. After a graceful handoff the mark is exact: nothing
-//! twice, nothing lost. After a crash the mark is up to one retry period
+//! lost, and nothing twice but for the one kind of line below, which says
+//! so. After a crash the mark is up to one retry period
 //! old, so the kept lines may have been logged already: they say
 //! `replayed=true`.
 //!
@@ -40,7 +41,9 @@
 //! On `--wire json` kube's watcher tells neither the position nor the
 //! list's resourceVersion: the mark is then the newest pod resourceVersion
 //! taken in, and a standby keeps every delete a relist found until it leads
-//! (at most [`PENDING_CAP`] lines), to log it with `replayed=true`.
+//! (at most [`PENDING_CAP`] lines): no mark can say it was logged. It logs
+//! them then, with `replayed=true` where the mark passed the pod's last
+//! change (short of it, the delete came after the mark for certain).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
