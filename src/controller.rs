@@ -99,7 +99,7 @@ impl Controller {
     }
 
     /// How far the informer's watch stream came, for the leader's mark.
-    pub fn position(&self) -> kube_pod_protobuf::watch::Position {
+    pub fn position(&self) -> crate::wire::Position {
         self.cache.position()
     }
 

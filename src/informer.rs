@@ -10,7 +10,6 @@
 //! watching.
 
 use crate::wire::Wire;
-use kube_pod_protobuf::watch as protobuf;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -44,7 +43,7 @@ pub struct Cache {
     /// How far the watch stream has come into this cache, and its keys into
     /// the queue ([`run`] says when it moves): the protobuf watcher writes
     /// it, kube's JSON watcher does not. The leader's mark is made of it.
-    position: protobuf::Position,
+    position: crate::wire::Position,
 }
 
 /// Everything the informer writes, behind one lock. A worker reads the store
@@ -106,7 +105,7 @@ impl Cache {
             first_list: None,
             unreadable: HashSet::new(),
         };
-        Arc::new(Cache { store, inner: Mutex::new(inner), position: protobuf::Position::default() })
+        Arc::new(Cache { store, inner: Mutex::new(inner), position: crate::wire::Position::default() })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -266,7 +265,7 @@ impl Cache {
     }
 
     /// How far the watch came (see the field), for the leader's mark.
-    pub fn position(&self) -> protobuf::Position {
+    pub fn position(&self) -> crate::wire::Position {
         self.position.clone()
     }
 
@@ -333,7 +332,11 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 ///
 /// A first list that is paged (`--paged-list`, or after one of the first
 /// two) asks at resourceVersion "0", as client-go's does: served from the
-/// API server's watch cache, with nothing earlier to go back from. (On
+/// API server's watch cache, with nothing earlier to go back from. Only that
+/// first LIST request: one whose bytes were refused (the watch cache answers
+/// a LIST at "0" whole, whatever the page size, so a big namespace can pass
+/// the protobuf reader's cap on a LIST response) is followed, as every
+/// relist, by a paged, consistent one. (On
 /// protobuf, that is. kube leaves a resourceVersion of "0" out of a LIST that
 /// has a limit, so on `--wire json` every paged list is a consistent read.)
 ///
@@ -360,6 +363,9 @@ pub async fn run(
     // Whether a list ever completed: from then on there is a state to go
     // back from, and every list must be consistent.
     let mut listed = false;
+    // Whether the bytes of a list were refused before one completed (a page
+    // too big or too costly): the next list must not ask for them again.
+    let mut list_refused = false;
     loop {
         let streaming = config.initial_list_strategy == InitialListStrategy::StreamingList;
         // Whether this watcher has finished a list since its last start.
@@ -429,11 +435,12 @@ pub async fn run(
                     );
                     break None;
                 }
-                Some(Err(error)) if protobuf::refused(&error) => {
+                Some(Err(error)) if crate::wire::refused(&error) => {
                     // Bytes we will not decode (a frame too long or too
                     // costly, a LIST page too big): the watcher went back to
                     // Empty. Relist, paged and consistent; at once unless the
                     // last relist brought nothing either (as for a 410).
+                    list_refused |= !listed;
                     let reason = crate::client::describe(&error);
                     warn!("watch failed: {reason}; relisting");
                     metrics::watch_error();
@@ -474,10 +481,14 @@ pub async fn run(
             }
         };
         // A new watcher, in paged mode; consistent once a list completed
-        // (see above). Before that, its list is still the first one, which
-        // has no earlier state to go back from: at "0", from the watch cache.
+        // (see above), or once the bytes of a list were refused (the watch
+        // cache answers a LIST at "0" whole, whatever the page size: the
+        // same request would be refused again). Before that, its list is
+        // still the first one, which has no earlier state to go back from:
+        // at "0", from the watch cache.
         config.initial_list_strategy = InitialListStrategy::ListWatch;
-        config.list_semantic = if listed { watcher::ListSemantic::MostRecent } else { watcher::ListSemantic::Any };
+        config.list_semantic =
+            if listed || list_refused { watcher::ListSemantic::MostRecent } else { watcher::ListSemantic::Any };
         if let Some(delay) = delay {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -579,7 +590,7 @@ fn leaves_empty(error: &watcher::Error, streaming: bool, watcher_listed: bool) -
         watcher::Error::WatchError(status) => status.code == 410,
         // The watch that carries a streaming list failed to start.
         watcher::Error::WatchStartFailed(_) => streaming && !watcher_listed,
-        watcher::Error::WatchFailed(_) => protobuf::refused(error),
+        watcher::Error::WatchFailed(_) => crate::wire::refused(error),
     }
 }
 
@@ -871,10 +882,7 @@ pub(crate) mod tests {
     #[test]
     fn errors_that_send_the_watcher_back_to_empty_are_known() {
         let api = |code: u16| kube::Error::Api(kube::core::Status { code, ..Default::default() }.boxed());
-        let refused = || {
-            let wire = kube_pod_protobuf::WireError::FrameTooLarge { offset: 0, len: 1 << 30 };
-            kube::Error::ReadEvents(std::io::Error::new(std::io::ErrorKind::InvalidData, wire))
-        };
+        let refused = crate::wire::refused_frame;
         // Whatever the mode: a watch event without a resourceVersion, a
         // failed page, a 410, a refused protobuf frame.
         for streaming in [false, true] {

@@ -55,7 +55,7 @@ use kube::api::PostParams;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use kube_pod_protobuf::watch::Position;
+use crate::wire::Position;
 
 use crate::key::Key;
 use crate::queue::Queue;

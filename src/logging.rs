@@ -62,9 +62,9 @@ impl<S: Subscriber> Layer<S> for LibraryLines {
         let mut message = Message(String::new());
         event.record(&mut message);
         if message.0.starts_with("eof in poll") {
-            crate::wire::watch_interrupted(crate::wire::Interruption::ClosedMidStream);
+            crate::wire::watch_interrupted(crate::wire::Interruption::ClosedMidStream, None);
         } else if message.0.starts_with("timeout in poll") {
-            crate::wire::watch_interrupted(crate::wire::Interruption::Silent);
+            crate::wire::watch_interrupted(crate::wire::Interruption::Silent, None);
         }
     }
 }

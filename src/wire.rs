@@ -30,6 +30,10 @@ use kube_pod_protobuf::watch::{self as protobuf, Refusal};
 use crate::pod::{self, Condition, Conditions, ContainerStatus, Pod, State, Terminated, Truth, Waiting};
 use crate::text::{Text, WORD_CHARS, Word, cleaned};
 
+/// How far the protobuf watch came (see [`events`]): the informer keeps one,
+/// the leader reads it.
+pub use kube_pod_protobuf::watch::Position;
+
 /// Which format to read pods in (`--wire`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Wire {
@@ -58,16 +62,15 @@ pub fn events(
     accept: Option<&str>,
     api: kube::Api<Pod>,
     config: watcher::Config,
-    position: &protobuf::Position,
+    position: &Position,
 ) -> BoxStream<'static, watcher::Result<Event<Pod>>> {
     match wire {
         Wire::Json => watcher::watcher(api, config).boxed(),
         Wire::Protobuf => {
             let namespace = api.namespace().map(str::to_string);
-            let position = position.clone();
-            let mut options = protobuf::Options { on_interrupted, position, ..protobuf::Options::default() };
+            let mut options = protobuf::Options::default().on_interrupted(on_interrupted).position(position.clone());
             if let Some(accept) = accept.and_then(|a| http::HeaderValue::from_str(a).ok()) {
-                options.accept = accept;
+                options = options.accept(accept);
             }
             protobuf::watcher(api.into_client(), namespace.as_deref(), config, options).boxed()
         }
@@ -94,7 +97,22 @@ pub fn refuses_protobuf(error: &watcher::Error) -> Option<String> {
             };
             Some(format!("pods were asked for in protobuf, but {not}", not = lowercase_first(&not.to_string())))
         }
+        // A kind of refusal the reader learns later: said in general words.
+        _ => Some("the API server will not give us pods in protobuf".to_string()),
     }
+}
+
+/// Whether the protobuf reader refused bytes it would not decode (a frame
+/// too long or too costly, a LIST page too big): its watcher went back to
+/// its start, and its next step lists again.
+pub fn refused(error: &watcher::Error) -> bool {
+    protobuf::refused(error)
+}
+
+/// A frame the protobuf reader refused, as its watcher reports it.
+#[cfg(test)]
+pub fn refused_frame() -> kube::Error {
+    protobuf::read_error(WireError::FrameTooLarge { offset: 0, len: 1 << 30 })
 }
 
 fn lowercase_first(text: &str) -> String {
@@ -115,20 +133,30 @@ pub enum Interruption {
     Silent,
 }
 
-/// The crate's hook: the error the body gave, told apart by what it says.
-fn on_interrupted(error: &kube::Error) {
-    watch_interrupted(if crate::client::timed_out(error) {
-        Interruption::Silent
-    } else {
-        Interruption::ClosedMidStream
-    });
+/// The crate's hook: the error the body gave (or the crate's idle timer),
+/// told apart by what it says, and what the watcher does next.
+fn on_interrupted(error: &kube::Error, then: protobuf::Then) {
+    let why = if crate::client::timed_out(error) { Interruption::Silent } else { Interruption::ClosedMidStream };
+    watch_interrupted(why, Some(then));
 }
 
 /// A watch whose connection broke: the watcher (kube's for JSON, the crate's
-/// for protobuf) resumes it from the last resourceVersion by itself, and
-/// tells nobody. Logged here, once per break, so that every outage that
-/// breaks the watch shows in the log, and counted as a watch error.
-pub fn watch_interrupted(why: Interruption) {
+/// for protobuf) goes on by itself, resuming it from the last resourceVersion,
+/// or listing again if it was still sending a streaming list's initial
+/// events. kube's tells nobody but a warning of kube-client's (logging.rs
+/// turns it into this call, `then` None: kube does not say which it does);
+/// the crate's calls its hook, with `then`. Logged here, once per break, so
+/// that every outage that breaks the watch shows in the log, and counted as a
+/// watch error.
+pub fn watch_interrupted(why: Interruption, then: Option<protobuf::Then>) {
+    let (reason, line) = interrupted(why, then);
+    tracing::warn!("{line}");
+    crate::metrics::watch_error();
+    crate::probes::watch_error(Some(reason));
+}
+
+/// The reason (for /healthz) and the line of [`watch_interrupted`].
+fn interrupted(why: Interruption, then: Option<protobuf::Then>) -> (String, String) {
     let reason = match why {
         Interruption::ClosedMidStream => {
             "the connection to the API server closed in the middle of the watch (was the server restarted?)".to_string()
@@ -138,9 +166,14 @@ pub fn watch_interrupted(why: Interruption) {
             crate::client::READ_TIMEOUT.as_secs()
         ),
     };
-    tracing::warn!("watch interrupted: {reason}; resuming from the last resourceVersion");
-    crate::metrics::watch_error();
-    crate::probes::watch_error(Some(reason));
+    let next = match then {
+        Some(protobuf::Then::Relist) => "the streaming list was not complete: listing again",
+        Some(protobuf::Then::Resume) => "resuming from the last resourceVersion",
+        // kube's watcher (or a future case of the crate's): either of the two.
+        _ => "resuming from the last resourceVersion, or listing again if the list was not complete",
+    };
+    let line = format!("watch interrupted: {reason}; {next}");
+    (reason, line)
 }
 
 // --- Our Pod, from the crate's messages ---------------------------------------------------

@@ -178,7 +178,7 @@ async fn the_watchers_position_moves_past_an_event_only_once_the_next_is_asked_f
     let ns = namespace(&c.client, "pb-position").await;
     create(&c.client, &ns, "before", &[]).await;
     let position = protobuf::watch::Position::default();
-    let options = protobuf::watch::Options { position: position.clone(), ..Default::default() };
+    let options = protobuf::watch::Options::default().position(position.clone());
     let mut events = protobuf::watch::watcher::<Pod>(c.client.clone(), Some(&ns), Config::default(), options).boxed();
     let number = |rv: Option<String>| rv.and_then(|rv| rv.parse::<u64>().ok());
     loop {
@@ -283,6 +283,11 @@ enum Meddling {
     /// Forwards as asked, but slips hostile frames into the first watches
     /// that do not carry a list (see [`hostile_frames`]): one before each.
     SlipsFrames,
+    /// Answers the first paged LIST of pods itself, with a page the reader
+    /// refuses (a million empty pods: too costly to decode), as it refuses
+    /// a first LIST at resourceVersion 0 that the watch cache answered whole
+    /// past its size cap; forwards everything else.
+    SpoilsFirstList,
 }
 
 /// A plain-HTTP proxy on loopback in front of the real API server, as
@@ -307,6 +312,8 @@ struct Forward {
     requests: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     /// Hostile frames still to slip in, one per watch.
     frames: std::sync::Mutex<Vec<Vec<u8>>>,
+    /// Whether a LIST was answered with a spoiled page already.
+    spoiled: std::sync::atomic::AtomicBool,
 }
 
 impl Proxy {
@@ -320,6 +327,7 @@ impl Proxy {
             meddling,
             requests: requests.clone(),
             frames: std::sync::Mutex::new(frames),
+            spoiled: std::sync::atomic::AtomicBool::new(false),
         });
         let app = axum::Router::new().fallback(proxy).with_state(forward);
         let task = tokio::spawn(async move {
@@ -352,6 +360,16 @@ async fn proxy(
     let (parts, body) = request.into_parts();
     let target = parts.uri.path_and_query().map_or("/".to_string(), |p| p.to_string());
     forward.requests.lock().unwrap().push(target.clone());
+    let is_pod_list = target.contains("/pods?") && target.contains("limit=") && !target.contains("watch=");
+    if forward.meddling == Meddling::SpoilsFirstList
+        && is_pod_list
+        && !forward.spoiled.swap(true, std::sync::atomic::Ordering::SeqCst)
+    {
+        return http::Response::builder()
+            .header(http::header::CONTENT_TYPE, "application/vnd.kubernetes.protobuf")
+            .body(axum::body::Body::from(spoiled_page()))
+            .unwrap();
+    }
     let body = body.collect().await.unwrap().to_bytes().to_vec();
     let mut upstream = http::Request::builder().method(parts.method).uri(&target);
     for (name, value) in &parts.headers {
@@ -394,16 +412,7 @@ fn hostile_frames() -> Vec<Vec<u8>> {
         prost::encoding::encode_key(3, prost::encoding::WireType::LengthDelimited, &mut pod);
         prost::encoding::encode_varint(status.len() as u64, &mut pod);
         pod.extend_from_slice(&status);
-        let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown {
-            type_meta: Some(k8s_pb::apimachinery::pkg::runtime::TypeMeta {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-            }),
-            raw: Some(pod),
-            ..Default::default()
-        };
-        let mut object = protobuf::MAGIC.to_vec();
-        object.extend(unknown.encode_to_vec());
+        let object = object("Pod", pod);
         let event = meta::WatchEvent {
             r#type: Some("MODIFIED".into()),
             object: Some(k8s_pb::apimachinery::pkg::runtime::RawExtension { raw: Some(object) }),
@@ -414,6 +423,27 @@ fn hostile_frames() -> Vec<Vec<u8>> {
         out
     };
     vec![frame(20 << 20), frame((protobuf::MAX_FRAME - 4096) / 2)]
+}
+
+/// A PodList of a million empty pods (`12 00`, two bytes each): a 2 MiB page
+/// the reader refuses for what its structs would cost.
+fn spoiled_page() -> Vec<u8> {
+    object("PodList", [0x12u8, 0x00].repeat(1 << 20))
+}
+
+/// `k8s\0` + runtime.Unknown{kind, raw}: an object as the API server sends it.
+fn object(kind: &str, raw: Vec<u8>) -> Vec<u8> {
+    let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown {
+        type_meta: Some(k8s_pb::apimachinery::pkg::runtime::TypeMeta {
+            api_version: Some("v1".into()),
+            kind: Some(kind.into()),
+        }),
+        raw: Some(raw),
+        ..Default::default()
+    };
+    let mut object = protobuf::MAGIC.to_vec();
+    object.extend(unknown.encode_to_vec());
+    object
 }
 
 /// The peak resident memory of a process (VmHWM), in KiB.
@@ -485,8 +515,33 @@ async fn hostile_frames_are_refused_with_a_line_each_and_a_relist_in_bounded_mem
     assert!(lists[1..].iter().all(|l| !l.contains("resourceVersion")), "{lists:?}");
 }
 
+/// The first paged LIST, at resourceVersion 0, is refused (as the watch
+/// cache's whole answer would be past the reader's cap): the next LIST is
+/// consistent and paged, not the same request again, and the pods are read.
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test]
+async fn a_refused_first_list_is_followed_by_a_consistent_one() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "pb-first-list").await;
+    create(&c.client, &ns, "old", &[]).await;
+    let proxy = Proxy::start(c.client.clone(), Meddling::SpoilsFirstList).await;
+    let logger =
+        Logger::start(&proxy.kubeconfig("proxy-first-list"), &["-n", &ns, "--paged-list", "--wire", "protobuf"]);
+    logger.synced().await;
+    create(&c.client, &ns, "new", &[]).await;
+    assert_eq!(logger.wait_events(&ns, 2).await, [format!("onAdd: {ns}/old"), format!("onAdd: {ns}/new")]);
+    let warnings = logger.warnings();
+    assert_eq!(warnings.len(), 1, "{}", logger.dump());
+    assert!(warnings[0].starts_with("watch failed: ") && warnings[0].contains("PodList"), "{warnings:?}");
+    assert!(warnings[0].ends_with("; relisting"), "{warnings:?}");
+    let lists = proxy.pod_lists();
+    assert_eq!(lists.len(), 2, "{lists:?}");
+    assert!(lists[0].contains("resourceVersion=0"), "{lists:?}");
+    assert!(!lists[1].contains("resourceVersion"), "{lists:?}");
+}
+
 /// The API server restarts under a protobuf watch: the broken connection is
-/// the same `watch interrupted` line as on JSON, and the watch resumes from
+/// a `watch interrupted` line as on JSON, and the watch resumes from
 /// its resourceVersion, never a `watch failed` for the broken stream itself.
 /// (While the server is down, the attempts to resume may fail and back off:
 /// those are `watch failed: starting the watch failed`, for the outage.)

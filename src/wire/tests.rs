@@ -238,3 +238,20 @@ fn a_server_that_will_not_speak_protobuf_is_named_in_one_line() {
     ));
     assert_eq!(refuses_protobuf(&watcher::Error::WatchFailed(frame)), None);
 }
+
+#[test]
+fn an_interrupted_watch_says_what_comes_next() {
+    let closed = "watch interrupted: the connection to the API server closed in the middle of the watch (was the \
+                  server restarted?)";
+    let line = |then| interrupted(Interruption::ClosedMidStream, then).1;
+    assert_eq!(line(Some(protobuf::Then::Resume)), format!("{closed}; resuming from the last resourceVersion"));
+    assert_eq!(
+        line(Some(protobuf::Then::Relist)),
+        format!("{closed}; the streaming list was not complete: listing again")
+    );
+    // kube's watcher does not say which it does.
+    assert_eq!(
+        line(None),
+        format!("{closed}; resuming from the last resourceVersion, or listing again if the list was not complete")
+    );
+}

@@ -8,16 +8,15 @@
 //! It uses the current kubeconfig context (or the in-cluster config), prints a
 //! line for every pod applied or deleted and one when the list is in, and
 //! stops at Ctrl-C. A server that will not answer in protobuf is read as
-//! JSON, with kube's own watcher, from then on: the same events, the same
-//! store.
-
-use std::time::Duration;
+//! JSON, with kube's own watcher, from then on: the same kinds of events into
+//! the same store, but the pods it holds from then on are whole, every field
+//! JSON has, where pods read in protobuf hold only the kept fields.
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::reflector;
 use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, reflector};
 use kube::{Api, Client, ResourceExt};
 use kube_pod_protobuf::watch::{self as protobuf, Options};
 
@@ -31,10 +30,15 @@ async fn main() -> Result<(), kube::Error> {
     };
     let config = watcher::Config::default();
 
-    // The one change from kube's `watcher(api, config)`: the protobuf
-    // watcher, whose pods hold only the kept fields (see the crate's README).
+    // In place of kube's `watcher(api, config)`: the protobuf watcher, whose
+    // pods hold only the kept fields (see the crate's README). Both streams
+    // get kube's default backoff: after an error, the next poll waits a
+    // while (inside `events.next()`, so Ctrl-C still stops it at once).
+    // It resets on every `Ok`, and the watcher yields `Init` before each
+    // list attempt, so a list that keeps failing never gets past its first,
+    // shortest wait: a program that wants more writes its own backoff.
     let mut events: BoxStream<'static, watcher::Result<Event<Pod>>> =
-        protobuf::watcher(client, namespace.as_deref(), config.clone(), Options::default()).boxed();
+        protobuf::watcher(client, namespace.as_deref(), config.clone(), Options::default()).default_backoff().boxed();
     let mut on_protobuf = true;
 
     // The store, fed by hand rather than by `reflector(writer, stream)`, so
@@ -57,15 +61,13 @@ async fn main() -> Result<(), kube::Error> {
             }
             Some(Err(error)) if on_protobuf && protobuf::refusal(&error).is_some() => {
                 eprintln!("protobuf refused ({error}): reading pods as JSON instead");
-                events = watcher::watcher(api.clone(), config.clone()).boxed();
+                events = watcher::watcher(api.clone(), config.clone()).default_backoff().boxed();
                 on_protobuf = false;
             }
             Some(Err(error)) => {
                 // A watcher error is never fatal: the next poll retries (a
-                // relist, a resumed watch). Wait a little, so that a server
-                // that keeps failing is not asked again at once.
-                eprintln!("watch error: {error}; retrying in 5 s");
-                tokio::time::sleep(Duration::from_secs(5)).await;
+                // relist, a resumed watch), after the backoff.
+                eprintln!("watch error: {error}; retrying");
             }
             None => return Ok(()),
         }

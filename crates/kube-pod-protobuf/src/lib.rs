@@ -28,10 +28,9 @@
 //!
 //! The crate in four parts:
 //!
-//! - this module: the envelope ([`unwrap_object`]), a LIST page
-//!   ([`pod_list`]), a watch event ([`watch_event`]), the frames of a watch
-//!   stream ([`Frames`]), an error body ([`error_status`]), and the caps on
-//!   what bad bytes can cost;
+//! - this module: a LIST page ([`pod_list`]), a watch event
+//!   ([`watch_event`]), the frames of a watch stream ([`Frames`]) (each
+//!   unwrapping the envelope), and the caps on what bad bytes can cost;
 //! - [`messages`]: the prost structs of the pod fields that are kept, and
 //!   nothing else;
 //! - [`openapi`]: those messages as a k8s-openapi `Pod`, for a program that
@@ -49,7 +48,10 @@
 //! repeated message field (`42 00`: an empty ContainerStatus) into a whole
 //! struct, a hundred times its size on the wire, the crate counts what prost
 //! would allocate for the structs of a list or a pod, and refuses bytes that
-//! would take more than [`MAX_DECODED`].
+//! would take more than [`MAX_DECODED`]. Bytes that hold a protobuf group
+//! where the count walks are refused ([`WireError::Group`]): Kubernetes never
+//! sends one, and prost steps over a group at a field number it does not know
+//! and decodes on, past where the count could follow.
 //!
 //! Nothing here panics on bad input: a decode failure is a [`WireError`] that
 //! says which message and where in the bytes (a fuzz test checks).
@@ -74,10 +76,14 @@ pub const MAGIC: &[u8; 4] = b"k8s\0";
 /// larger "length" is a broken stream or a hostile one, not a pod.
 pub const MAX_FRAME: usize = 4 << 20;
 
-/// A LIST response larger than this is refused rather than read on. A page
-/// holds at most the 500 pods kube's watcher asks for by default, so this is
-/// 256 KiB a pod: real pods weigh a small part of that, and only a cluster of
-/// pods near etcd's limit, 500 to a page, would need more.
+/// A LIST response larger than this is refused rather than read on
+/// ([`WireError::BodyTooLarge`]). A page of the 500 pods kube's watcher asks
+/// for by default fits with 256 KiB a pod, far more than real pods weigh.
+/// But the watcher's first LIST, at resourceVersion 0, is answered whole by
+/// the API server's watch cache, whatever the page size: where the pods weigh
+/// more than this in protobuf, that LIST is refused, and the watcher's next
+/// one is consistent (no resourceVersion) and paged, which the server answers
+/// a page at a time (see [`watch`]).
 pub const MAX_LIST_BODY: usize = 128 << 20;
 
 /// How much of an error response is read: a Status is a few hundred bytes,
@@ -87,7 +93,8 @@ pub const MAX_ERROR_BODY: usize = 64 << 10;
 /// The most memory the message structs of one LIST page or one watch frame
 /// may take once decoded, as the crate counts it beforehand: a page of 500
 /// busy pods stays under an eighth of it (a unit test checks); bytes that
-/// would take more are refused.
+/// would take more, or that hold a protobuf group (which the count cannot
+/// follow), are refused.
 pub const MAX_DECODED: usize = 64 << 20;
 
 /// What went wrong reading protobuf, and where: `offset` counts bytes from the
@@ -98,6 +105,7 @@ pub const MAX_DECODED: usize = 64 << 20;
 /// line); a program with its own rules for server text applies them where it
 /// shows the error.
 #[derive(Clone, Debug, thiserror::Error, PartialEq)]
+#[non_exhaustive]
 pub enum WireError {
     /// The bytes do not start with [`MAGIC`]: not a Kubernetes protobuf object.
     #[error("not a Kubernetes protobuf object at byte {offset}: it starts {start:02x?}, not with \"k8s\\0\"")]
@@ -158,6 +166,16 @@ pub enum WireError {
         /// What its structs would take, counted from the bytes.
         cost: usize,
     },
+    /// A protobuf group (wire type 3 or 4) in a message whose cost is
+    /// counted: Kubernetes never sends one, and prost would step over it and
+    /// decode on, past where the cost could be counted.
+    #[error("the {message} at byte {offset} holds a protobuf group, which Kubernetes never sends: refused")]
+    Group {
+        /// Which message.
+        message: &'static str,
+        /// Where it starts.
+        offset: usize,
+    },
     /// A 2xx answer that is not protobuf: a proxy that rewrote the Accept
     /// header, re-encoded or compressed the body. The
     /// caller decides what to do; reading JSON instead is the usual answer.
@@ -200,7 +218,7 @@ struct TypeMeta {
 
 /// An object's kind and message bytes, from `k8s\0` + runtime.Unknown.
 /// `offset` is where `bytes` starts in the body, for errors.
-pub fn unwrap_object(bytes: Bytes, offset: usize) -> Result<(String, Bytes), WireError> {
+pub(crate) fn unwrap_object(bytes: Bytes, offset: usize) -> Result<(String, Bytes), WireError> {
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         return Err(WireError::Magic { offset, start: bytes.iter().take(4).copied().collect() });
     }
@@ -277,6 +295,7 @@ struct RawExtension {
 
 /// One event of a watch, as the API server sends it.
 #[derive(Debug, PartialEq)]
+#[non_exhaustive]
 pub enum WatchEvent<K> {
     /// A pod created (or, in a streaming list, one that was there).
     Added(K),
@@ -350,7 +369,7 @@ fn status_of(raw: Bytes, offset: usize) -> Result<kube::core::Status, WireError>
 
 /// An error response body (`k8s\0` + Unknown{kind: Status}) as kube's Status,
 /// or None when the body is not one (a proxy's text, say).
-pub fn error_status(body: Bytes) -> Option<kube::core::Status> {
+pub(crate) fn error_status(body: Bytes) -> Option<kube::core::Status> {
     let (kind, raw) = unwrap_object(body, 0).ok()?;
     (kind == "Status").then(|| status_of(raw, 0).ok()).flatten()
 }
@@ -365,10 +384,20 @@ pub fn error_status(body: Bytes) -> Option<kube::core::Status> {
 /// while its struct takes hundreds: a 4 MiB frame of empty container
 /// statuses would be more than a GiB of them. Bytes and strings cost what
 /// they hold (bounded by the body's own cap); the structs are what we count.
-fn check_cost(message: &'static str, bytes: &[u8], offset: usize, cost: fn(&[u8]) -> usize) -> Result<(), WireError> {
+///
+/// Bytes that hold a protobuf group anywhere the count walks are refused
+/// ([`WireError::Group`]): prost would step over the group and decode on,
+/// past where the count could follow.
+fn check_cost(
+    message: &'static str,
+    bytes: &[u8],
+    offset: usize,
+    cost: fn(&[u8]) -> Result<usize, messages::Group>,
+) -> Result<(), WireError> {
     match cost(bytes) {
-        cost if cost > MAX_DECODED => Err(WireError::TooCostly { message, offset, cost }),
-        _ => Ok(()),
+        Err(messages::Group) => Err(WireError::Group { message, offset }),
+        Ok(cost) if cost > MAX_DECODED => Err(WireError::TooCostly { message, offset, cost }),
+        Ok(_) => Ok(()),
     }
 }
 
@@ -377,7 +406,7 @@ fn check_cost(message: &'static str, bytes: &[u8], offset: usize, cost: fn(&[u8]
 /// Splits a watch response into frames as its bytes arrive: feed it each
 /// chunk of the body, take out every complete frame. A frame may span
 /// chunks, and a chunk may hold several frames.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Frames {
     /// Bytes received and not yet taken out as a frame.
     buffer: bytes::BytesMut,

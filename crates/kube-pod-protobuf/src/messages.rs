@@ -51,8 +51,8 @@ pub struct PodMsg {
 }
 // ANCHOR_END: pod
 
-/// metav1.ObjectMeta: the identity, what a line shows, and the raw entries of
-/// what a client can change after the create.
+/// metav1.ObjectMeta: the identity, what a program shows of a pod, and the
+/// raw entries of what a client can change after the create.
 #[derive(Clone, PartialEq, Message)]
 pub struct MetaMsg {
     /// The pod's name.
@@ -78,7 +78,7 @@ pub struct MetaMsg {
     /// The grace period of a delete under way.
     #[prost(int64, optional, tag = "10")]
     pub deletion_grace_period_seconds: Option<i64>,
-    /// The labels, decoded: a selector or a line uses them.
+    /// The labels, decoded: a selector or a program's output uses them.
     #[prost(btree_map = "string, string", tag = "11")]
     pub labels: BTreeMap<String, String>,
     /// Annotations, each a raw map entry `{1: key, 2: value}`: read as bytes,
@@ -281,11 +281,19 @@ pub(crate) fn is_initial_events_end(entry: &Bytes) -> bool {
 
 // --- What decoding would cost (see crate::check_cost) ---------------------------------
 
+/// A group (wire types 3 and 4, proto2's nested messages without a length):
+/// Kubernetes never sends one, and prost steps over a group at a field
+/// number it does not know and decodes on, so the walk below cannot stop
+/// there and trust prost to fail. Bytes that hold one are refused.
+#[derive(Debug)]
+pub(crate) struct Group;
+
 /// The length-delimited fields of a protobuf message, as (field number,
-/// contents); fields of other wire types are stepped over. Stops at the first
-/// byte that does not parse: prost fails there too, so nothing after it is
-/// ever decoded (and so needs no counting).
-fn fields(mut bytes: &[u8]) -> impl Iterator<Item = (u32, &[u8])> {
+/// contents); fields of other wire types are stepped over, and a group is an
+/// error ([`Group`]). Stops at the first byte that does not parse otherwise:
+/// prost fails there too, so nothing after it is ever decoded (and so needs
+/// no counting).
+fn fields(mut bytes: &[u8]) -> impl Iterator<Item = Result<(u32, &[u8]), Group>> {
     std::iter::from_fn(move || {
         loop {
             let key = prost::encoding::decode_varint(&mut bytes).ok()?;
@@ -300,11 +308,24 @@ fn fields(mut bytes: &[u8]) -> impl Iterator<Item = (u32, &[u8])> {
                     let len = usize::try_from(prost::encoding::decode_varint(&mut bytes).ok()?).ok()?;
                     let value = bytes.get(..len)?;
                     bytes = &bytes[len..];
-                    return Some((number, value));
+                    return Some(Ok((number, value)));
+                }
+                3 | 4 => {
+                    // Nothing after it is walked: the caller refuses the bytes.
+                    bytes = &[];
+                    return Some(Err(Group));
                 }
                 _ => return None,
             }
         }
+    })
+}
+
+/// The sum of `cost` over the fields of `bytes`, or [`Group`] if they hold one.
+fn sum_over(bytes: &[u8], cost: impl Fn(u32, &[u8]) -> Result<usize, Group>) -> Result<usize, Group> {
+    fields(bytes).try_fold(0usize, |sum, field| {
+        let (number, value) = field?;
+        Ok(sum.saturating_add(cost(number, value)?))
     })
 }
 
@@ -315,39 +336,37 @@ fn entry<T>() -> usize {
 }
 
 /// A PodList's items, each a [`PodMsg`] and what is inside it.
-pub(crate) fn cost_of_list(bytes: &[u8]) -> usize {
-    fields(bytes).filter(|(n, _)| *n == 2).map(|(_, pod)| entry::<PodMsg>() + cost_of_pod(pod)).sum()
+pub(crate) fn cost_of_list(bytes: &[u8]) -> Result<usize, Group> {
+    sum_over(bytes, |n, pod| if n == 2 { Ok(entry::<PodMsg>().saturating_add(cost_of_pod(pod)?)) } else { Ok(0) })
 }
 
 /// A pod: its metadata's repeated fields, and its status (decoded from its
 /// bytes later, one pod at a time, and counted here all the same).
-pub(crate) fn cost_of_pod(bytes: &[u8]) -> usize {
-    let meta = |bytes: &[u8]| -> usize {
-        fields(bytes)
-            .map(|(n, value)| match n {
+pub(crate) fn cost_of_pod(bytes: &[u8]) -> Result<usize, Group> {
+    let meta = |bytes: &[u8]| {
+        sum_over(bytes, |n, value| {
+            Ok(match n {
                 // A label: a map entry of two strings (and the map's node).
                 11 => entry::<(String, String)>() + value.len(),
                 // Annotations, owner references, finalizers: `Bytes` handles.
                 12..=14 => entry::<Bytes>(),
                 _ => 0,
             })
-            .sum()
-    };
-    fields(bytes)
-        .map(|(n, value)| match n {
-            1 => meta(value),
-            3 => cost_of_status(value),
-            _ => 0,
         })
-        .sum()
+    };
+    sum_over(bytes, |n, value| match n {
+        1 => meta(value),
+        3 => cost_of_status(value),
+        _ => Ok(0),
+    })
 }
 
-fn cost_of_status(bytes: &[u8]) -> usize {
-    fields(bytes)
-        .map(|(n, _)| match n {
+pub(crate) fn cost_of_status(bytes: &[u8]) -> Result<usize, Group> {
+    sum_over(bytes, |n, _| {
+        Ok(match n {
             2 => entry::<ConditionMsg>(),
             8 | 10 => entry::<ContainerStatusMsg>(),
             _ => 0,
         })
-        .sum()
+    })
 }

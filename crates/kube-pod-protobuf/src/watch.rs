@@ -25,10 +25,13 @@
 //! messages apply unchanged. Where the two wires could differ, they do not:
 //!
 //! - A connection that breaks in the middle of a watch (a restarted API
-//!   server, a proxy that dropped it, nothing for the client's read timeout)
-//!   ends the stream as kube's watcher ends a JSON one: the watch resumes
-//!   from the last resourceVersion at once, and [`Options::on_interrupted`]
-//!   hears of it (kube-client logs a warning of its own for JSON). Only if
+//!   server, a proxy that dropped it, nothing for the client's read timeout),
+//!   or that stays silent past the watch's timeout plus 5 s (no idle timer
+//!   with a timeout of 0), ends the stream as kube's watcher ends a JSON one:
+//!   the watch resumes from the last resourceVersion at once, or, while it
+//!   was still sending a streaming list's initial events, the watcher lists
+//!   again. [`Options::on_interrupted`] hears of it, with which of the two
+//!   ([`Then`]); kube-client logs a warning of its own for JSON. Only if
 //!   resuming fails is it a `WatchStartFailed`.
 //!
 //! Where they must differ, the caller decides:
@@ -69,35 +72,81 @@ pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 /// kube's watcher gives a watch its timeout plus this before calling it idle.
 const IDLE_MARGIN: Duration = Duration::from_secs(5);
 
-/// How the watcher asks, and whom it tells of a broken connection.
-#[derive(Clone, Debug)]
+/// How the watcher asks, and whom it tells of a broken connection:
+/// `Options::default()`, then the setters.
+#[derive(Clone)]
+#[non_exhaustive]
 pub struct Options {
-    /// The media type asked for, [`PROTOBUF`] by default. Another one is for
-    /// tests: a real server answers an unknown type 406 Not Acceptable, which
-    /// is how a program sees what it does with a server that refuses
-    /// protobuf.
-    pub accept: HeaderValue,
-    /// Called once for each watch whose connection broke (the watcher then
-    /// resumes it by itself), with the error the body gave. The default logs
-    /// a warning through `tracing`. A plain `fn`: the hook is for a log line
-    /// or a counter, which live in statics, and a `fn` keeps [`Options`]
-    /// `Clone` and `Debug` with nothing to share.
-    pub on_interrupted: fn(&kube::Error),
-    /// Where the watcher writes how far the stream has come (see
-    /// [`Position`]). Keep a clone to read it; give the same one to the
-    /// watcher a program builds again after it dropped one, and it goes on
-    /// from where the last one stopped.
-    pub position: Position,
+    accept: HeaderValue,
+    on_interrupted: Hook,
+    position: Position,
 }
+
+/// The [`Options::on_interrupted`] hook, shared by the watcher's clones.
+type Hook = Arc<dyn Fn(&kube::Error, Then) + Send + Sync>;
 
 impl Default for Options {
     fn default() -> Options {
         Options {
             accept: HeaderValue::from_static(PROTOBUF),
-            on_interrupted: log_interrupted,
+            on_interrupted: Arc::new(log_interrupted),
             position: Position::default(),
         }
     }
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("accept", &self.accept)
+            .field("position", &self.position)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Options {
+    /// Called once for each watch whose connection broke (the body gave an
+    /// error: a restarted API server, a dropped proxy, the client's read
+    /// timeout) or that the watcher gave up as idle (nothing for the watch's
+    /// timeout plus 5 s, as kube's watcher does), with that error and what
+    /// the watcher does next ([`Then`]). The default logs a warning through
+    /// `tracing`. A closure, so it can hold what it reports to (a metrics
+    /// handle, a channel).
+    #[must_use]
+    pub fn on_interrupted(mut self, hook: impl Fn(&kube::Error, Then) + Send + Sync + 'static) -> Options {
+        self.on_interrupted = Arc::new(hook);
+        self
+    }
+
+    /// The media type asked for, [`PROTOBUF`] by default. Another one is for
+    /// tests: a real server answers an unknown type 406 Not Acceptable, which
+    /// is how a program sees what it does with a server that refuses
+    /// protobuf.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn accept(mut self, accept: HeaderValue) -> Options {
+        self.accept = accept;
+        self
+    }
+
+    /// Where the watcher writes how far the stream has come (see
+    /// [`Position`]); a fresh one by default. Keep a clone to read it.
+    #[must_use]
+    pub fn position(mut self, position: Position) -> Options {
+        self.position = position;
+        self
+    }
+}
+
+/// What the watcher does after a watch connection broke or went idle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Then {
+    /// The watch is started again from the last resourceVersion it saw.
+    Resume,
+    /// The watch was still sending a streaming list's initial events: the
+    /// list is incomplete, so the watcher lists again from the start.
+    Relist,
 }
 
 /// How far the watch stream has come, in resourceVersions: what kube's
@@ -162,12 +211,18 @@ impl Position {
 
 /// The default [`Options::on_interrupted`]: a warning, so that an outage that
 /// broke the watch is seen, not only survived.
-fn log_interrupted(error: &kube::Error) {
-    tracing::warn!("watch interrupted: {error}; resuming from the last resourceVersion");
+fn log_interrupted(error: &kube::Error, then: Then) {
+    match then {
+        Then::Resume => tracing::warn!("watch interrupted: {error}; resuming from the last resourceVersion"),
+        Then::Relist => {
+            tracing::warn!("watch interrupted: {error}; the streaming list was not complete: listing again")
+        }
+    }
 }
 
 /// Why a server will not give us pods in protobuf (see [`refusal`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Refusal<'a> {
     /// It said so: 406 Not Acceptable or 415 Unsupported Media Type.
     Status(u16),
@@ -253,7 +308,18 @@ enum State {
     },
 }
 
-type Events = BoxStream<'static, Result<WatchEvent<PodMsg>, kube::Error>>;
+/// A watch's events; an error ends it.
+type Events = BoxStream<'static, Result<WatchEvent<PodMsg>, Failure>>;
+
+/// Why a watch gave no event.
+#[derive(Debug)]
+enum Failure {
+    /// A frame refused (too long, too costly, not a pod event): the stream's
+    /// framing can no longer be trusted.
+    Refused(kube::Error),
+    /// The connection broke, or went idle: the watch itself was fine.
+    Broken(kube::Error),
+}
 
 /// The protobuf watcher of the pods in `namespace` (all namespaces if None):
 /// kube's `watcher(api, config)` for pods, read in protobuf. Each pod comes
@@ -272,21 +338,36 @@ pub fn watcher<K: From<PodMsg> + Send + 'static>(
     let path = k8s_openapi::api::core::v1::Pod::url_path(&(), namespace);
     let position = options.position;
     let api = Requests { client, path, accept: options.accept, on_interrupted: options.on_interrupted };
-    futures::stream::unfold((api, config, State::Empty, position), |(api, config, mut state, position)| async move {
+    let start = (api, config, State::Empty, Lists::default(), position);
+    futures::stream::unfold(start, |(api, config, mut state, mut lists, position)| async move {
         loop {
             // Polled again: the consumer is done with what it was handed
             // (and a bookmark, read inside this loop, hands out nothing).
             position.poll_in(&state);
-            let (item, next) = step(&api, &config, state).await;
+            let (item, next) = step(&api, &config, state, &mut lists).await;
             state = next;
             if let Some(item) = item {
                 if matches!(item, Ok(Event::InitDone)) {
                     position.list_done(&state);
                 }
-                return Some((item, (api, config, state, position)));
+                return Some((item, (api, config, state, lists, position)));
             }
         }
     })
+}
+
+/// What the watcher remembers of its LISTs across states: whether it sent
+/// one yet. client-go's rule: only a watcher's first LIST may be served from
+/// the watch cache (resourceVersion 0, with `ListSemantic::Any`); every later
+/// one (a relist after a 410, after a refused page or frame, after any failed
+/// attempt) is a consistent read, never older than what was delivered. And
+/// the watch cache answers a LIST at 0 whole, ignoring the page size, so a
+/// first LIST refused as [`WireError::BodyTooLarge`] is asked again in pages,
+/// not at 0 again forever.
+#[derive(Debug, Default)]
+struct Lists {
+    /// A LIST's first page was asked for.
+    sent: bool,
 }
 
 /// One step of the state machine: maybe an event (or error) to yield, and
@@ -295,6 +376,7 @@ async fn step<K: From<PodMsg> + Send + 'static>(
     api: &Requests,
     config: &watcher::Config,
     state: State,
+    lists: &mut Lists,
 ) -> (Option<watcher::Result<Event<K>>>, State) {
     match state {
         State::Empty => match config.initial_list_strategy {
@@ -319,7 +401,8 @@ async fn step<K: From<PodMsg> + Send + 'static>(
             {
                 return (Some(Ok(Event::InitDone)), State::InitListed { resource_version });
             }
-            let mut params = list_params(config);
+            let first = continue_token.is_none() && !std::mem::replace(&mut lists.sent, true);
+            let mut params = list_params(config, first);
             params.continue_token = continue_token;
             match api.list(&params).await {
                 Ok(page) => {
@@ -348,7 +431,13 @@ async fn step<K: From<PodMsg> + Send + 'static>(
                 (Some(Err(watcher::Error::WatchError(status))), next)
             }
             // A refused frame: the list cannot be trusted to be whole.
-            Some(Err(e)) => (Some(Err(watcher::Error::WatchFailed(e))), State::Empty),
+            Some(Err(Failure::Refused(e))) => (Some(Err(watcher::Error::WatchFailed(e))), State::Empty),
+            // Neither can a list whose connection broke, nor one the server
+            // ended before its end marker (kube's watcher lists again too).
+            Some(Err(Failure::Broken(e))) => {
+                (api.on_interrupted)(&e, Then::Relist);
+                (None, State::Empty)
+            }
             None => (None, State::Empty),
         },
         State::InitListed { resource_version } => {
@@ -375,10 +464,13 @@ async fn step<K: From<PodMsg> + Send + 'static>(
             }
             // A refused frame: an event was lost, and resuming from the last
             // resourceVersion would fetch the same frame again. Relist.
-            Some(Err(e)) => (Some(Err(watcher::Error::WatchFailed(e))), State::Empty),
-            // The stream ended: the server's timeout, or a broken connection
-            // (already told to `on_interrupted` by `frames`). Resume from
-            // where we were.
+            Some(Err(Failure::Refused(e))) => (Some(Err(watcher::Error::WatchFailed(e))), State::Empty),
+            // A broken or idle connection: told, then resumed from where we
+            // were, as after the server's own timeout (the stream's end).
+            Some(Err(Failure::Broken(e))) => {
+                (api.on_interrupted)(&e, Then::Resume);
+                (None, State::InitListed { resource_version })
+            }
             None => (None, State::InitListed { resource_version }),
         },
     }
@@ -390,19 +482,33 @@ fn resource_version_of(pod: &PodMsg) -> Option<String> {
     pod.metadata.as_ref().and_then(|m| m.resource_version.clone()).filter(|rv| !rv.is_empty())
 }
 
-/// The next event, or None once the watch has been silent for longer than
-/// its own timeout (plus a margin): as kube's watcher, a silent connection
-/// is given up and the watch resumed.
-async fn next_or_idle(stream: &mut Events, timeout: Option<u32>) -> Option<Result<WatchEvent<PodMsg>, kube::Error>> {
+/// The next event, None at the stream's end, or [`Failure::Broken`] once the
+/// watch has been silent for longer than its own timeout (290 s when the
+/// config sets none) plus a margin: as kube's watcher, a silent connection is
+/// given up. A timeout of 0 turns this off, as in kube's watcher.
+async fn next_or_idle(stream: &mut Events, timeout: Option<u32>) -> Option<Result<WatchEvent<PodMsg>, Failure>> {
+    if timeout == Some(0) {
+        return stream.next().await;
+    }
     let idle = Duration::from_secs(u64::from(timeout.unwrap_or(290))) + IDLE_MARGIN;
-    tokio::time::timeout(idle, stream.next()).await.unwrap_or(None)
+    tokio::time::timeout(idle, stream.next()).await.unwrap_or_else(|_| {
+        let why = format!(
+            "nothing arrived on the watch for {} s, its timeout plus {} s",
+            idle.as_secs(),
+            IDLE_MARGIN.as_secs()
+        );
+        Some(Err(Failure::Broken(kube::Error::ReadEvents(std::io::Error::new(std::io::ErrorKind::TimedOut, why)))))
+    })
 }
 
-/// The LIST's parameters, as kube's watcher makes them.
-fn list_params(config: &watcher::Config) -> ListParams {
+/// The LIST's parameters, as kube's watcher makes them, but for the
+/// resourceVersion: "0" (any freshness) only on the `first` LIST of the
+/// watcher, and only with `ListSemantic::Any`; every other LIST is a
+/// consistent read (see [`Lists`]).
+fn list_params(config: &watcher::Config, first: bool) -> ListParams {
     let (resource_version, version_match) = match config.list_semantic {
-        ListSemantic::Any => (Some("0".to_string()), Some(VersionMatch::NotOlderThan)),
-        ListSemantic::MostRecent => (None, None),
+        ListSemantic::Any if first => (Some("0".to_string()), Some(VersionMatch::NotOlderThan)),
+        ListSemantic::Any | ListSemantic::MostRecent => (None, None),
     };
     ListParams {
         label_selector: config.label_selector.clone(),
@@ -431,7 +537,7 @@ struct Requests {
     client: Client,
     path: String,
     accept: HeaderValue,
-    on_interrupted: fn(&kube::Error),
+    on_interrupted: Hook,
 }
 
 impl Requests {
@@ -440,9 +546,11 @@ impl Requests {
         // kube leaves resourceVersion=0 out of a LIST that has a limit (then
         // every first page would be a consistent read, from etcd). client-go
         // asks its first list at 0, served from the API server's watch cache:
-        // so do we, for the first page of a first list (ListSemantic::Any,
-        // which a program sets only while it has no earlier state: kube's
-        // default).
+        // so do we, on the first page of the watcher's first LIST alone
+        // (`list_params` asks for 0 nowhere else), with ListSemantic::Any
+        // (`Config::any_semantic`; kube's default is MostRecent). The watch
+        // cache answers it whole, whatever the limit; every later LIST is
+        // consistent and paged.
         let dropped_by_kube = params.limit.is_some() && params.continue_token.is_none();
         if params.resource_version.as_deref() == Some("0") && dropped_by_kube {
             let uri = format!("{}&resourceVersion=0", request.uri());
@@ -463,7 +571,7 @@ impl Requests {
         // As kube does for watches: no compression of a long-lived stream.
         request.headers_mut().insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
         let response = self.send(request, Expect::Watch).await?;
-        Ok(frames(response.into_body().into_data_stream(), self.on_interrupted).boxed())
+        Ok(frames(response.into_body().into_data_stream()).boxed())
     }
 
     /// Sends `request` asking for protobuf. A success must be protobuf (see
@@ -547,21 +655,27 @@ async fn read_at_most(mut body: Body, cap: usize) -> Result<(Bytes, bool), kube:
     Ok((out.freeze(), true))
 }
 
-/// A decode failure, as the error kube gives for an unreadable event stream.
-fn read_error(e: WireError) -> kube::Error {
+/// A decode failure, as the error kube gives for an unreadable event stream:
+/// how the watcher reports a [`WireError`] ([`wire_error`] finds it again).
+/// Public for a program's tests, to make the errors this watcher yields.
+pub fn read_error(e: WireError) -> kube::Error {
     kube::Error::ReadEvents(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+fn refused_frame(e: WireError) -> Failure {
+    Failure::Refused(read_error(e))
 }
 
 /// The watch events in a response body, frame by frame. After a frame that
 /// is refused the stream ends (its framing can no longer be trusted), and
-/// the watcher relists. A connection that breaks ends the stream quietly,
-/// after one call of `on_interrupted`, as kube's watcher does for JSON (where
-/// kube-client logs a warning): the watcher resumes from the last
-/// resourceVersion it saw.
+/// the watcher relists. A connection that breaks ends the stream with
+/// [`Failure::Broken`]: the watcher tells `on_interrupted` and resumes from
+/// the last resourceVersion it saw (or, in a streaming list's initial
+/// events, lists again), as kube's watcher does for JSON (where kube-client
+/// logs a warning).
 fn frames(
     body: impl Stream<Item = Result<Bytes, kube::Error>> + Send + 'static,
-    on_interrupted: fn(&kube::Error),
-) -> impl Stream<Item = Result<WatchEvent<PodMsg>, kube::Error>> + Send {
+) -> impl Stream<Item = Result<WatchEvent<PodMsg>, Failure>> + Send {
     futures::stream::unfold(
         (Box::pin(body), Frames::default(), false),
         move |(mut body, mut frames, mut done)| async move {
@@ -571,21 +685,18 @@ fn frames(
             loop {
                 match frames.next_frame() {
                     Ok(Some((frame, offset))) => {
-                        let event = crate::watch_event(frame, offset).map_err(read_error);
+                        let event = crate::watch_event(frame, offset).map_err(refused_frame);
                         done = event.is_err();
                         return Some((event, (body, frames, done)));
                     }
                     Ok(None) => {}
-                    Err(e) => return Some((Err(read_error(e)), (body, frames, true))),
+                    Err(e) => return Some((Err(refused_frame(e)), (body, frames, true))),
                 }
                 match body.next().await {
                     Some(Ok(chunk)) => frames.push(&chunk),
-                    Some(Err(e)) => {
-                        on_interrupted(&e);
-                        return None;
-                    }
+                    Some(Err(e)) => return Some((Err(Failure::Broken(e)), (body, frames, true))),
                     None => {
-                        let end = frames.finish().map_err(read_error).err()?;
+                        let end = frames.finish().map_err(refused_frame).err()?;
                         return Some((Err(end), (body, frames, true)));
                     }
                 }
@@ -653,6 +764,153 @@ mod tests {
         let Some(error) = verdict(Expect::List, &long, None) else { panic!("accepted {long:?}") };
         assert_eq!(error, not_protobuf(&long[..SHOWN_CHARS + 2], None).unwrap(), "256 characters (U+202E is 3 bytes)");
         assert!(error.to_string().contains(r#"Content-Type "text/html\t\u{202e}xx"#), "{error}");
+    }
+
+    /// A response body, chunk by chunk.
+    type Chunks = BoxStream<'static, Result<http_body::Frame<Bytes>, std::io::Error>>;
+
+    /// A kube `Client` over a function, for the requests the state machine
+    /// makes: `answer` gets each request's URI and its number (from 1), and
+    /// gives the body of a 200 answer in `content_type`. The URIs asked for
+    /// are recorded.
+    fn client_answering(
+        content_type: impl Fn(&str) -> &'static str + Send + Sync + 'static,
+        answer: impl Fn(&str, usize) -> Chunks + Send + Sync + 'static,
+    ) -> (Client, Arc<std::sync::Mutex<Vec<String>>>) {
+        let asked = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let service = {
+            let asked = asked.clone();
+            tower::service_fn(move |request: http::Request<Body>| {
+                let uri = request.uri().to_string();
+                let count = {
+                    let mut asked = asked.lock().unwrap();
+                    asked.push(uri.clone());
+                    asked.len()
+                };
+                let body = http_body_util::StreamBody::new(answer(&uri, count));
+                let response = http::Response::builder().header(CONTENT_TYPE, content_type(&uri)).body(body);
+                async move { response }
+            })
+        };
+        (Client::new(service, "default"), asked)
+    }
+
+    /// A LIST is answered in protobuf, a watch in its frames.
+    fn protobuf_answers(uri: &str) -> &'static str {
+        if uri.contains("watch=") { "application/vnd.kubernetes.protobuf;stream=watch" } else { PROTOBUF }
+    }
+
+    /// An empty last page at resourceVersion 7.
+    fn empty_page() -> Chunks {
+        use prost::Message as _;
+        let list = crate::PodListMsg {
+            metadata: Some(crate::ListMetaMsg { resource_version: Some("7".into()), r#continue: None }),
+            items: Vec::new(),
+        };
+        let type_meta = crate::TypeMeta { api_version: Some("v1".into()), kind: Some("PodList".into()) };
+        let unknown = crate::Unknown { type_meta: Some(type_meta), raw: Some(list.encode_to_vec().into()) };
+        let body = [&crate::MAGIC[..], &unknown.encode_to_vec()].concat();
+        futures::stream::iter([Ok(http_body::Frame::data(Bytes::from(body)))]).boxed()
+    }
+
+    /// The watch cache answers a LIST at resourceVersion 0 whole (no page
+    /// size), so only the watcher's first LIST asks at 0: after it was
+    /// refused for its size, the next is consistent (no resourceVersion)
+    /// and paged.
+    #[tokio::test]
+    async fn only_the_first_list_asks_at_resource_version_0() {
+        // A body past MAX_LIST_BODY, a MiB at a time.
+        let too_large = || -> Chunks {
+            let chunk = Bytes::from(vec![0; 1 << 20]);
+            let chunks = crate::MAX_LIST_BODY / chunk.len() + 1;
+            futures::stream::iter((0..chunks).map(move |_| Ok(http_body::Frame::data(chunk.clone())))).boxed()
+        };
+        let (client, asked) =
+            client_answering(protobuf_answers, move |_, n| if n == 1 { too_large() } else { empty_page() });
+        let config = watcher::Config::default().any_semantic();
+        let mut events = std::pin::pin!(watcher::<PodMsg>(client, Some("ns"), config, Options::default()));
+        assert!(matches!(events.next().await, Some(Ok(Event::Init))));
+        match events.next().await {
+            Some(Err(watcher::Error::InitialListFailed(e))) => {
+                assert_eq!(wire_error(&e), Some(&WireError::BodyTooLarge));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(events.next().await, Some(Ok(Event::Init))));
+        assert!(matches!(events.next().await, Some(Ok(Event::InitDone))));
+        let asked = asked.lock().unwrap().clone();
+        assert_eq!(asked.len(), 2, "{asked:?}");
+        assert!(asked[0].contains("limit=500") && asked[0].contains("resourceVersion=0"), "{asked:?}");
+        assert!(asked[1].contains("limit=500") && !asked[1].contains("resourceVersion"), "{asked:?}");
+    }
+
+    /// Each error's text, and what the watcher did next.
+    type Heard = Arc<std::sync::Mutex<Vec<(String, Then)>>>;
+
+    /// Options whose hook records what it heard.
+    fn recording_hook() -> (Options, Heard) {
+        let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let options = Options::default().on_interrupted({
+            let heard = heard.clone();
+            move |e: &kube::Error, then| heard.lock().unwrap().push((e.to_string(), then))
+        });
+        (options, heard)
+    }
+
+    /// As kube's watcher: a watch timeout of 0 turns the client's idle timer
+    /// off; any other gives up a silent watch after the timeout plus 5 s.
+    /// (Virtual time: tokio moves the clock on while everything waits.)
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_timeout_of_0_turns_the_idle_timer_off() {
+        let mut silent: Events = futures::stream::pending().boxed();
+        let a_day = Duration::from_secs(24 * 3600);
+        assert!(tokio::time::timeout(a_day, next_or_idle(&mut silent, Some(0))).await.is_err(), "no idle timer");
+        match next_or_idle(&mut silent, Some(1)).await {
+            Some(Err(Failure::Broken(e))) => {
+                assert_eq!(
+                    e.to_string(),
+                    "Error reading events stream: nothing arrived on the watch for 6 s, its timeout plus 5 s"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A watch whose connection breaks, or that the idle timer gives up, is
+    /// told to the hook with what comes next: the watch is resumed from its
+    /// resourceVersion, or, in a streaming list's initial events, the list
+    /// starts over.
+    #[tokio::test(start_paused = true)]
+    async fn a_broken_or_idle_watch_is_told_with_what_comes_next() {
+        // Paged: the list, then a watch whose body breaks, then a silent one
+        // (a timeout of 0: never given up).
+        let broken = || -> Chunks { futures::stream::iter([Err(std::io::Error::other("connection reset"))]).boxed() };
+        let (client, asked) = client_answering(protobuf_answers, move |uri, n| match n {
+            1 => empty_page(),
+            2 if uri.contains("watch=") => broken(),
+            _ => futures::stream::pending().boxed(),
+        });
+        let (options, heard) = recording_hook();
+        let config = watcher::Config::default().timeout(0);
+        let mut events = std::pin::pin!(watcher::<PodMsg>(client, Some("ns"), config, options));
+        assert!(matches!(events.next().await, Some(Ok(Event::Init))));
+        assert!(matches!(events.next().await, Some(Ok(Event::InitDone))));
+        assert!(tokio::time::timeout(Duration::from_secs(3600), events.next()).await.is_err());
+        let heard = heard.lock().unwrap().clone();
+        assert_eq!(heard.len(), 1, "{heard:?}");
+        assert!(heard[0].0.contains("connection reset") && heard[0].1 == Then::Resume, "{heard:?}");
+        let asked = asked.lock().unwrap().clone();
+        assert!(asked.len() == 3 && asked[1..].iter().all(|a| a.contains("resourceVersion=7")), "{asked:?}");
+
+        // Streaming: the watch carrying the list goes silent.
+        let (client, _) = client_answering(protobuf_answers, |_, _| futures::stream::pending().boxed());
+        let (options, heard) = recording_hook();
+        let config = watcher::Config::default().streaming_lists().timeout(1);
+        let mut events = std::pin::pin!(watcher::<PodMsg>(client, Some("ns"), config, options));
+        assert!(matches!(events.next().await, Some(Ok(Event::Init))));
+        assert!(matches!(events.next().await, Some(Ok(Event::Init))), "the list starts over");
+        let idle = "Error reading events stream: nothing arrived on the watch for 6 s, its timeout plus 5 s";
+        assert_eq!(heard.lock().unwrap().clone(), [(idle.to_string(), Then::Relist)]);
     }
 
     #[test]
