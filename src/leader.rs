@@ -13,9 +13,9 @@
 //! What client-go has no word for is where the new leader starts. Here the
 //! leader writes, with every renew, how far it has logged ([`MARK`]): the
 //! resourceVersion up to which its informer's watch stream was delivered
-//! (the last event's, a bookmark's, a list's), taken only while no key is
-//! queued or in flight, so every change at or below it was synced
-//! ([`next_mark`]). A standby's worker takes every change in, as the
+//! (the last event's, a bookmark's, a list's), taken only while every key
+//! added was synced (none queued, held by a worker, or waiting out a
+//! retry), so every change at or below it was synced ([`next_mark`]). A standby's worker takes every change in, as the
 //! leader's does, and hands its line to the [`Gate`], which keeps it until
 //! the mark covers it. Once the standby leads, it logs the lines it kept
 //! past the mark. After a graceful handoff the mark is exact: nothing
@@ -364,7 +364,7 @@ impl Gate {
     // ANCHOR_END: gate
 
     /// The highest pod resourceVersion taken in so far: the mark to write on
-    /// JSON, when nothing is queued or in flight (see [`next_mark`]).
+    /// JSON, when the queue is idle (see [`next_mark`]).
     pub fn taken(&self) -> Option<u64> {
         self.lock().taken
     }
@@ -445,9 +445,10 @@ fn caught_up(joined: Option<u64>, mark: Option<u64>) -> bool {
 /// position between the two, and the mark would claim a change no worker
 /// has synced yet. Read first, a position published since is simply not
 /// used: every change at or below the one read was queued before the read,
-/// and an idle queue after it means each was synced (and its line written
-/// or kept), but for a key waiting out a retry's backoff, which only the
-/// test seam makes happen here.
+/// and an idle queue after it ([`Queue::is_idle`]: no key queued, none held
+/// by a worker or added again meanwhile, none waiting out a retry's
+/// backoff, all read under one lock) means each was synced (and its line
+/// written or kept).
 fn next_mark(mark: Option<u64>, position: impl FnOnce() -> Option<u64>, idle: impl FnOnce() -> bool) -> Option<u64> {
     let position = position();
     if idle() { mark.max(position) } else { mark }
@@ -514,13 +515,13 @@ impl Elector {
     }
 
     /// The mark to write: how far the informer's watch stream has come,
-    /// once nothing is queued or in flight (see [`next_mark`]). While keys
+    /// once the queue is idle (see [`next_mark`]). While keys
     /// wait, the last mark stands: a mark may lag, never run ahead of the
     /// log.
     fn progress(&mut self) -> Option<u64> {
         let (position, gate, queue) = (&self.position, &self.gate, &self.queue);
         let stream = || position.handled().and_then(|rv| rv.parse::<u64>().ok()).max(gate.taken());
-        self.mark = next_mark(self.mark, stream, || queue.is_empty() && queue.in_flight().is_empty());
+        self.mark = next_mark(self.mark, stream, || queue.is_idle());
         self.mark
     }
 
@@ -927,13 +928,24 @@ mod tests {
     #[tokio::test]
     async fn a_mark_never_passes_a_change_still_queued_or_in_flight() {
         let queue: Arc<Queue<Key>> = Queue::new("mark-test");
-        let idle = || queue.is_empty() && queue.in_flight().is_empty();
+        let idle = || queue.is_idle();
         // The informer queued the key of a change at 7, then moved its
         // position to 7.
         queue.add_all([key("a")]);
         assert_eq!(next_mark(Some(5), || Some(7), idle), Some(5), "queued: not synced yet");
         let a = queue.get().await.expect("a key");
         assert_eq!(next_mark(Some(5), || Some(7), idle), Some(5), "in flight: its line may not be written yet");
+        // A newer change of a while a worker holds it: done() queues it again.
+        queue.add_all([key("a")]);
+        queue.done(&a);
+        assert_eq!(next_mark(Some(5), || Some(7), idle), Some(5), "a's newer change is not synced");
+        let a = queue.get().await.expect("a key");
+        // Its sync failed: it waits out a backoff, still not synced.
+        queue.add_rate_limited(a.clone());
+        queue.done(&a);
+        assert_eq!(next_mark(Some(5), || Some(7), idle), Some(5), "a retry is pending");
+        let a = queue.get().await.expect("a key, after its backoff");
+        queue.forget(&a);
         queue.done(&a);
         assert_eq!(next_mark(Some(5), || Some(7), idle), Some(7));
         // The informer runs between the read of the position (7) and the
