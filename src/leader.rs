@@ -26,10 +26,14 @@
 //!
 //! One kind of line is not at its pod's resourceVersion: a delete that a
 //! relist found (the pod is missing from the new list; its DELETED event
-//! was missed). It happened somewhere after the pod's last change and no
-//! later than the list, so only a mark past the *list's* resourceVersion
-//! covers it ([`Seen`]); a mark between the two leaves open whether the
-//! leader logged it, and the line then says `replayed=true`. That is why
+//! was missed). It happened somewhere after the pod's last change, and
+//! after the position this replica's own stream had reached when the relist
+//! started (the pod was still in its store then), and no later than the
+//! list, so only a mark past the *list's* resourceVersion covers it
+//! ([`Seen`]); a mark between the two ends leaves open whether the leader
+//! logged it, and the line then says `replayed=true`. (A leader's own
+//! stream soon passes the mark it took over from, so a delete its own
+//! relist finds later is a plain line.) That is why
 //! the mark is a stream position and not the newest pod resourceVersion
 //! logged: in a quiet namespace the latter never reaches a list's
 //! resourceVersion (etcd's revision, which every write anywhere moves, the
@@ -42,8 +46,8 @@
 //! list's resourceVersion: the mark is then the newest pod resourceVersion
 //! taken in, and a standby keeps every delete a relist found until it leads
 //! (at most [`PENDING_CAP`] lines): no mark can say it was logged. It logs
-//! them then, with `replayed=true` where the mark passed the pod's last
-//! change (short of it, the delete came after the mark for certain).
+//! them then, with `replayed=true` where the mark passed the lower end
+//! (short of it, the delete came after the mark for certain).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -57,6 +61,7 @@ use tracing::{info, warn};
 
 use crate::wire::Position;
 
+use crate::informer::Relist;
 use crate::key::Key;
 use crate::queue::Queue;
 use crate::worker::Change;
@@ -211,9 +216,10 @@ pub enum Seen {
     AsItHappened,
     /// A delete a relist inferred (the new list lacks the pod). Its own
     /// resourceVersion is unknown (the DELETED event was missed): it is past
-    /// the pod's last known one, and no later than the list's, `listed`,
-    /// when the watcher says it (protobuf; kube's JSON watcher does not).
-    Inferred { listed: Option<u64> },
+    /// the pod's last known one and the stream's position when the relist
+    /// started, and no later than the list's, when the watcher says it
+    /// (protobuf; kube's JSON watcher does not): see [`Relist`].
+    Inferred(Relist),
 }
 
 /// Where a line's change stands among resourceVersions.
@@ -227,16 +233,25 @@ enum Version {
 
 impl Version {
     fn of(change: &Change, seen: Seen) -> Version {
-        let own = match change {
-            Change::Add(p) | Change::Delete(p) | Change::Update { new: p, .. } => p.resource_version.parse().ok(),
-        };
+        let own = resource_version(change);
         match seen {
             Seen::AsItHappened => Version::At(own),
-            Seen::Inferred { listed } => Version::Between { after: own, by: listed },
+            Seen::Inferred(Relist { after, by }) => {
+                // After both the pod's last change and where our own stream
+                // was when the relist started: a delete at or below that
+                // position would have come as an event.
+                let after = own.max(after);
+                // A list at or below that is older than what we know (a
+                // lagging cache): it bounds nothing.
+                let by = by.filter(|by| after.is_none_or(|after| after < *by));
+                Version::Between { after, by }
+            }
         }
     }
 
-    /// The pod's own resourceVersion, for [`Gate::taken`].
+    /// The lower end: the resourceVersion, or what the change is known to
+    /// come after.
+    #[cfg(test)]
     fn own(self) -> Option<u64> {
         match self {
             Version::At(v) | Version::Between { after: v, .. } => v,
@@ -254,7 +269,8 @@ impl Version {
     }
 
     /// The mark does not say it was logged, nor that it was not: a delete
-    /// somewhere between the pod's last change (which the mark passed) and
+    /// somewhere between its lower end (the pod's last change, or our
+    /// stream's position when the relist started: the mark passed both) and
     /// the list. Such a line is logged with `replayed=true`.
     fn straddled_by(self, mark: Option<u64>) -> bool {
         matches!(self, Version::Between { after, .. } if covers(mark, after)) && !self.covered_by(mark)
@@ -287,6 +303,13 @@ struct GateState {
 /// kube's JSON watcher inferred (no mark covers them, see [`Seen`]); past
 /// it the oldest go.
 pub const PENDING_CAP: usize = 100_000;
+
+/// The resourceVersion of the pod a change shows (None: not a number).
+fn resource_version(change: &Change) -> Option<u64> {
+    match change {
+        Change::Add(p) | Change::Delete(p) | Change::Update { new: p, .. } => p.resource_version.parse().ok(),
+    }
+}
 
 /// Whether `mark` covers a change at `version` (a version that is not a
 /// number is never covered: logged rather than lost).
@@ -339,7 +362,7 @@ impl Gate {
     ) -> Verdict {
         let mut state = self.lock();
         let version = Version::of(change, seen);
-        state.taken = state.taken.max(version.own());
+        state.taken = state.taken.max(resource_version(change));
         match state.role {
             Role::Leading { mark, .. } if version.covered_by(mark) => Verdict::Silent,
             // Past the renew deadline another may lead: checked here, at the
@@ -846,9 +869,10 @@ mod tests {
         Change::Delete(PodState { uid: "u".into(), resource_version: rv.into(), ..Default::default() })
     }
 
-    /// A delete the relist at `listed` inferred (None: kube's JSON watcher).
+    /// A delete the relist at `listed` inferred (None: kube's JSON watcher),
+    /// one that started before our stream had come anywhere.
     fn inferred(listed: Option<u64>) -> Seen {
-        Seen::Inferred { listed }
+        Seen::Inferred(Relist { after: None, by: listed })
     }
 
     /// What a standby logs when it takes the lease from `mark`: each kept
@@ -923,6 +947,18 @@ mod tests {
         assert_eq!(gate.admit(&key("a"), &delete("40"), inferred(Some(50)), false, None), Verdict::Log);
         // What the pod's own version taken counts for the mark (JSON's).
         assert_eq!(gate.taken(), Some(40));
+        // Our own stream had passed the predecessor's mark (35 > 30) when
+        // the relist started: the pod was still in our store then, so it
+        // went after 35, past anything the predecessor logged.
+        let relist = Seen::Inferred(Relist { after: Some(35), by: Some(50) });
+        assert_eq!(gate.admit(&key("a"), &delete("10"), relist, false, None), Verdict::Log);
+        // A list at or below what we knew (a lagging cache) bounds nothing:
+        // a mark past it says nothing of the delete.
+        let lagging = Seen::Inferred(Relist { after: Some(35), by: Some(35) });
+        let standby = Gate::standby();
+        standby.admit(&key("a"), &delete("10"), lagging, false, None);
+        standby.follow(Some(40));
+        assert_eq!(takeover(&standby, Some(40)), vec![(Some(35), true)], "kept, and replayed");
     }
 
     #[tokio::test]
