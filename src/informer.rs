@@ -462,12 +462,16 @@ pub async fn run(
                         (Event::InitDone, Wire::Json) => Relist { after: streamed, by: None },
                         _ => Relist::default(),
                     };
-                    // The keys are queued here, before this loop asks the
-                    // watcher for its next event: only then does the
-                    // protobuf watcher move its `Position` past this one,
+                    // The keys are queued here, and only then is the
+                    // protobuf watcher's `Position` moved past this event,
                     // which the leader's mark is made of (leader.rs,
-                    // `next_mark`). Nothing may be awaited in between.
+                    // `next_mark`): at once (`consumed`), not only when the
+                    // next event is asked for, so it covers every key queued
+                    // even if this loop stops next (a shutdown), and a
+                    // graceful handoff's last mark covers all the workers
+                    // drain. Nothing may be awaited in between.
                     queue.add_all(cache.apply(event, relist));
+                    position.consumed();
                     metrics::cache_pods(cache.store().len());
                 }
                 Some(Err(error)) if wire == Wire::Protobuf && crate::wire::refuses_protobuf(&error).is_some() => {

@@ -41,7 +41,14 @@
 //! be logged again by the next leader. The position moves in a quiet
 //! namespace too, with the bookmark the API server sends before it ends
 //! each watch (see `informer::WATCH_TIMEOUT_SECS`), so a standby drops such
-//! a delete soon after the leader logged it.
+//! a delete within a watch timeout or two after the leader logged it, on
+//! one condition: that the bookmark carries etcd's current revision, not
+//! the last pod change's. kube-apiserver's watch cache moves on with etcd's
+//! progress notifications (the local v1.35's does: tests/leader.rs shows
+//! it in a quiet namespace); a server whose bookmarks do not follow etcd's
+//! progress sends none newer than the last pod change it saw, and the
+//! standby then keeps such a delete until a later pod change carries the
+//! mark past its list, or until it leads and logs it with `replayed=true`.
 //! On `--wire json` kube's watcher tells neither the position nor the
 //! list's resourceVersion: the mark is then the newest pod resourceVersion
 //! taken in, and a standby keeps every delete a relist found until it leads
@@ -68,9 +75,9 @@ use crate::worker::Change;
 
 /// The annotation on the Lease that carries the leader's progress: every pod
 /// change up to this resourceVersion has been logged (or was in the first
-/// list of a logger that did not lead). On protobuf it is the informer's
-/// stream position, on JSON the newest pod resourceVersion taken in (see
-/// [`next_mark`]).
+/// list of a logger that did not lead). It is the higher of the informer's
+/// stream position (protobuf only) and the newest pod resourceVersion taken
+/// in, logged or silent (all JSON has): see [`next_mark`].
 pub const MARK: &str = "demo-controller.example.com/logged-up-to";
 
 /// client-go's `JitterFactor`: the renew deadline must leave room for one
@@ -386,8 +393,8 @@ impl Gate {
     }
     // ANCHOR_END: gate
 
-    /// The highest pod resourceVersion taken in so far: the mark to write on
-    /// JSON, when the queue is idle (see [`next_mark`]).
+    /// The highest pod resourceVersion taken in so far (logged or silent):
+    /// the mark on JSON, when the queue is idle (see [`next_mark`]).
     pub fn taken(&self) -> Option<u64> {
         self.lock().taken
     }
@@ -453,15 +460,18 @@ fn caught_up(joined: Option<u64>, mark: Option<u64>) -> bool {
 ///
 /// The position is the resourceVersion up to which the watch stream was
 /// delivered: the last event's, a bookmark's, or a list's at its InitDone.
-/// On protobuf the watcher writes it only when the informer asks for the
-/// next event (kube-pod-protobuf's `Position`), and the informer asks only
-/// after it queued the keys of the last one; so by the time a position can
-/// be read, the keys of every change at or below it are queued. On JSON
-/// kube's watcher keeps its resourceVersion and bookmarks to itself: the
-/// position is then the highest pod resourceVersion a sync took in
-/// ([`Gate::taken`]), lower, so a safe stand-in. (In a quiet namespace it
-/// stays far below a list's resourceVersion, which is etcd's revision and
-/// moves with every write anywhere, lease renewals too: see [`Seen`].)
+/// On protobuf the watcher moves it past an event only once the informer
+/// has queued the event's keys (it says so with `Position::consumed`, or
+/// by asking for the next event: kube-pod-protobuf's `Position`); so by the
+/// time a position can be read, the keys of every change at or below it
+/// are queued, also right before a shutdown. On JSON kube's watcher keeps
+/// its resourceVersion and bookmarks to itself: the position is then the
+/// highest pod resourceVersion a sync took in ([`Gate::taken`]), lower, so
+/// a safe stand-in. (In a quiet namespace it stays far below a list's
+/// resourceVersion, which is etcd's revision and moves with every write
+/// anywhere, lease renewals too: see [`Seen`].) The elector takes the
+/// higher of the two on both wires: a state a sync took in was logged or
+/// kept, whether or not the informer had moved its position past it yet.
 ///
 /// Why the position is read FIRST and the idle check made after: read in
 /// the other order, the informer could queue a new change and publish its
@@ -537,10 +547,10 @@ impl Elector {
         &self.me
     }
 
-    /// The mark to write: how far the informer's watch stream has come,
-    /// once the queue is idle (see [`next_mark`]). While keys
-    /// wait, the last mark stands: a mark may lag, never run ahead of the
-    /// log.
+    /// The mark to write: how far the informer's watch stream has come (or
+    /// the syncs, if further), once the queue is idle (see [`next_mark`]).
+    /// While keys wait, the last mark stands: a mark may lag, never run
+    /// ahead of the log.
     fn progress(&mut self) -> Option<u64> {
         let (position, gate, queue) = (&self.position, &self.gate, &self.queue);
         let stream = || position.handled().and_then(|rv| rv.parse::<u64>().ok()).max(gate.taken());

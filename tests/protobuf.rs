@@ -171,7 +171,7 @@ async fn a_real_watch_is_length_prefixed_protobuf_frames() {
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test]
-async fn the_watchers_position_moves_past_an_event_only_once_the_next_is_asked_for() {
+async fn the_watchers_position_moves_past_an_event_once_the_next_is_asked_for_or_it_is_consumed() {
     use futures::FutureExt;
     use kube::runtime::watcher::{Config, Event};
     let c = cluster().await;
@@ -201,7 +201,11 @@ async fn the_watchers_position_moves_past_an_event_only_once_the_next_is_asked_f
     // Asked for more: the list is handled; `later`, handed out, is not yet.
     let handled = number(position.handled()).expect("a position");
     assert!(listed <= handled && handled < later, "{listed} <= {handled} < {later}");
-    // Asked for more again (nothing else comes): now `later` is handled.
+    // The consumer says it is done with `later`, without asking for more
+    // (as a program does before it stops): now `later` is handled.
+    position.consumed();
+    assert!(number(position.handled()).expect("a position") >= later);
+    // Asked for more (nothing else comes): it stays handled.
     let _ = events.next().now_or_never();
     assert!(number(position.handled()).expect("a position") >= later);
 }

@@ -130,7 +130,11 @@ impl Options {
     }
 
     /// Where the watcher writes how far the stream has come (see
-    /// [`Position`]); a fresh one by default. Keep a clone to read it.
+    /// [`Position`]); a fresh one by default. Keep a clone to read it. Give
+    /// the same one to a watcher built again after the last was dropped,
+    /// and its readings carry on from the last one's. One watcher at a
+    /// time: clones of these `Options` share it, and two watchers writing
+    /// to one `Position` would mix their readings.
     #[must_use]
     pub fn position(mut self, position: Position) -> Options {
         self.position = position;
@@ -161,8 +165,15 @@ pub enum Then {
 ///   when the stream is polled for the next event, never when an event is
 ///   handed out: a consumer that handles each event before it asks for the
 ///   next (the usual `while let Some(e) = stream.next().await { handle(e) }`)
-///   has handled every change at or below it. A relist in progress leaves it
-///   where it was (its pods are not handled until its `InitDone`).
+///   has handled every change at or below it. A consumer that may stop
+///   without asking again (a shutdown) says it is done with the last item
+///   with [`Position::consumed`]. A relist in progress leaves it where it was
+///   (its pods are not handled until its `InitDone`); after a relist it
+///   stands for the state at the list's resourceVersion, not for every
+///   change below it. It can go down: after a list of any freshness
+///   (a streaming list, or the first LIST with `ListSemantic::Any`), which
+///   the API server's watch cache may serve older than a bookmark seen
+///   before.
 /// - [`Position::listed`]: the resourceVersion of the last list whose
 ///   `InitDone` was handed out (the LIST's, or a streaming list's end
 ///   bookmark's), written before that `InitDone` is: a pod the list lacks
@@ -174,6 +185,9 @@ pub struct Position(Arc<Mutex<Marks>>);
 struct Marks {
     handled: Option<String>,
     listed: Option<String>,
+    /// What `handled` becomes once the consumer is done with the item last
+    /// handed out (None: it moves nothing, e.g. a pod of a list).
+    out: Option<String>,
 }
 
 impl Position {
@@ -188,6 +202,17 @@ impl Position {
         self.lock().listed.clone()
     }
 
+    /// The consumer is done with the item it was handed last: `handled`
+    /// moves past it now, as it would when the stream is next polled. For
+    /// a consumer that may stop without polling again (a shutdown), so the
+    /// position covers every item it handled.
+    pub fn consumed(&self) {
+        let mut marks = self.lock();
+        if let Some(out) = marks.out.take() {
+            marks.handled = Some(out);
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Marks> {
         self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -196,9 +221,22 @@ impl Position {
     /// handled. Only a watch has a position; a list's pods are not handled
     /// until its `InitDone` (after which the state is `InitListed`).
     fn poll_in(&self, state: &State) {
+        let mut marks = self.lock();
+        marks.out = None;
         if let State::InitListed { resource_version } | State::Watching { resource_version, .. } = state {
-            self.lock().handled = Some(resource_version.clone());
+            marks.handled = Some(resource_version.clone());
         }
+    }
+
+    /// An item is handed out, the watcher now in `state`: where `handled`
+    /// goes once the consumer is done with it ([`Position::consumed`]).
+    fn handed_out(&self, state: &State) {
+        self.lock().out = match state {
+            State::InitListed { resource_version } | State::Watching { resource_version, .. } => {
+                Some(resource_version.clone())
+            }
+            _ => None,
+        };
     }
 
     /// A list's `InitDone` is about to be handed out, the watcher now in `state`.
@@ -350,6 +388,7 @@ pub fn watcher<K: From<PodMsg> + Send + 'static>(
                 if matches!(item, Ok(Event::InitDone)) {
                     position.list_done(&state);
                 }
+                position.handed_out(&state);
                 return Some((item, (api, config, state, lists, position)));
             }
         }
@@ -928,16 +967,24 @@ mod tests {
         assert_eq!(position.handled().as_deref(), Some("10"));
         position.poll_in(&watching("12")); // an event at 12 (or a bookmark) was handled
         assert_eq!(position.handled().as_deref(), Some("12"));
+        // An event at 13 handed out, and the consumer says it is done with it.
+        position.handed_out(&watching("13"));
+        assert_eq!(position.handled().as_deref(), Some("12"), "handed out, not yet consumed");
+        position.consumed();
+        assert_eq!(position.handled().as_deref(), Some("13"));
+        position.poll_in(&watching("13"));
         // A relist: its pages move nothing until its InitDone.
         position.poll_in(&State::Empty);
         let page =
             State::InitPage { continue_token: None, objects: VecDeque::new(), resource_version: Some("20".into()) };
         position.poll_in(&page);
-        assert_eq!((position.handled(), position.listed()), (Some("12".into()), Some("10".into())));
+        position.handed_out(&page); // a pod of the list, consumed: no position yet
+        position.consumed();
+        assert_eq!((position.handled(), position.listed()), (Some("13".into()), Some("10".into())));
         position.list_done(&watching("21")); // a streaming list's end bookmark
         assert_eq!(position.listed().as_deref(), Some("21"));
         // A clone reads the same handle: what a program keeps.
-        assert_eq!(position.clone().handled().as_deref(), Some("12"));
+        assert_eq!(position.clone().handled().as_deref(), Some("13"));
     }
 
     #[test]
