@@ -56,6 +56,7 @@
 //! them then, with `replayed=true` where the mark passed the lower end
 //! (short of it, the delete came after the mark for certain).
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -211,7 +212,7 @@ enum Role {
     /// Lines are written, but none up to `mark` (the previous leader's), and
     /// none after `until`: the renew deadline after the last renew.
     Leading { mark: Option<u64>, until: Option<Instant> },
-    /// No line. Those past `mark` wait in `pending`.
+    /// No line. Those past `mark` wait in `kept`.
     Standby { mark: Option<u64> },
 }
 
@@ -229,6 +230,7 @@ pub enum Seen {
     Inferred(Relist),
 }
 
+// ANCHOR: version
 /// Where a line's change stands among resourceVersions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Version {
@@ -275,6 +277,12 @@ impl Version {
         }
     }
 
+    /// Whether some mark can cover it: a version that is a number, or a
+    /// delete with an upper bound.
+    fn coverable(self) -> bool {
+        matches!(self, Version::At(Some(_)) | Version::Between { by: Some(_), .. })
+    }
+
     /// The mark does not say it was logged, nor that it was not: a delete
     /// somewhere between its lower end (the pod's last change, or our
     /// stream's position when the relist started: the mark passed both) and
@@ -283,6 +291,7 @@ impl Version {
         matches!(self, Version::Between { after, .. } if covers(mark, after)) && !self.covered_by(mark)
     }
 }
+// ANCHOR_END: version
 
 /// A line a standby kept: past the leader's mark when its worker took the
 /// change in.
@@ -295,13 +304,67 @@ pub struct Pending {
     version: Version,
 }
 
+#[derive(Debug, Default)]
+struct Kept {
+    /// A standby's lines past the mark that a later mark can cover, each
+    /// numbered in the order its workers took them.
+    coverable: VecDeque<(u64, Pending)>,
+    /// Lines no mark covers (a version that is not a number, a delete a
+    /// relist found with no upper bound: JSON's), kept apart so that
+    /// following the mark never walks them.
+    uncovered: VecDeque<(u64, Pending)>,
+    /// Lines kept so far: the next one's number.
+    count: u64,
+}
+
+impl Kept {
+    fn keep(&mut self, line: Pending) {
+        if self.coverable.len() + self.uncovered.len() == PENDING_CAP {
+            // The oldest of the two goes.
+            match (self.coverable.front(), self.uncovered.front()) {
+                (Some((a, _)), Some((b, _))) if b < a => self.uncovered.pop_front(),
+                (Some(_), _) => self.coverable.pop_front(),
+                (None, _) => self.uncovered.pop_front(),
+            };
+        }
+        let numbered = (self.count, line);
+        self.count += 1;
+        match numbered.1.version.coverable() {
+            true => self.coverable.push_back(numbered),
+            false => self.uncovered.push_back(numbered),
+        }
+    }
+
+    /// A mark was heard: the lines it covers go.
+    fn follow(&mut self, mark: Option<u64>) {
+        self.coverable.retain(|(_, p)| !p.version.covered_by(mark));
+    }
+
+    /// Every line the mark does not cover, in the order taken.
+    fn drain(&mut self, mark: Option<u64>) -> Vec<Pending> {
+        let mut lines: Vec<(u64, Pending)> = self.coverable.drain(..).chain(self.uncovered.drain(..)).collect();
+        lines.sort_by_key(|(n, _)| *n);
+        lines.into_iter().map(|(_, p)| p).filter(|p| !p.version.covered_by(mark)).collect()
+    }
+}
+
 #[derive(Debug)]
 struct GateState {
     role: Role,
-    /// A standby's lines past the mark, in the order its workers took them.
-    pending: std::collections::VecDeque<Pending>,
+    /// What a standby keeps.
+    kept: Kept,
     /// The highest pod resourceVersion a sync took in (logged or silent).
     taken: Option<u64>,
+}
+
+/// A kept line a new leader logs (see [`Gate::lead`]).
+#[derive(Debug)]
+struct Resumed {
+    line: Pending,
+    /// The mark leaves it open whether the previous leader logged it (see
+    /// [`Version::straddled_by`]): it says `replayed=true`, even after a
+    /// release.
+    open: bool,
 }
 
 /// Lines a standby keeps at most. A leader renews its mark every retry
@@ -349,8 +412,7 @@ impl Gate {
     }
 
     fn new(role: Role) -> Arc<Gate> {
-        let pending = Default::default();
-        Arc::new(Gate { state: Mutex::new(GateState { role, pending, taken: None }) })
+        Arc::new(Gate { state: Mutex::new(GateState { role, kept: Kept::default(), taken: None }) })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
@@ -381,11 +443,8 @@ impl Gate {
             Role::Leading { .. } => Verdict::Log,
             Role::Standby { mark } => {
                 if !version.covered_by(mark) {
-                    if state.pending.len() == PENDING_CAP {
-                        state.pending.pop_front();
-                    }
                     let (key, change) = (key.clone(), change.clone());
-                    state.pending.push_back(Pending { key, change, initial, reason, version });
+                    state.kept.keep(Pending { key, change, initial, reason, version });
                 }
                 Verdict::Silent
             }
@@ -410,7 +469,7 @@ impl Gate {
             && mark > old
         {
             state.role = Role::Standby { mark };
-            state.pending.retain(|p| !p.version.covered_by(mark));
+            state.kept.follow(mark);
         }
     }
 
@@ -424,17 +483,12 @@ impl Gate {
 
     /// We lead from the lease's `mark`, until `until` unless renewed:
     /// returns the kept lines it does not cover, to log now, before any
-    /// other, each with whether the mark left it open that the previous
-    /// leader logged it (see [`Version::straddled_by`]).
-    fn lead(&self, mark: Option<u64>, until: Instant) -> Vec<(Pending, bool)> {
+    /// other.
+    fn lead(&self, mark: Option<u64>, until: Instant) -> Vec<Resumed> {
         let mut state = self.lock();
         state.role = Role::Leading { mark, until: Some(until) };
-        let kept = state.pending.drain(..).filter(|p| !p.version.covered_by(mark));
-        kept.map(|p| {
-            let open = p.version.straddled_by(mark);
-            (p, open)
-        })
-        .collect()
+        let kept = state.kept.drain(mark).into_iter();
+        kept.map(|line| Resumed { open: line.version.straddled_by(mark), line }).collect()
     }
 
     /// No more lines, from now on.
@@ -685,8 +739,8 @@ impl Elector {
         // stopped watching before it wrote the mark, so none of it was
         // logged; after a crash any of it may have been. A delete a relist
         // inferred may have been logged in either case, if the mark passed
-        // the pod's last change (`open`): the delete may lie below the mark.
-        for (p, open) in kept {
+        // its lower end (`open`): the delete may lie below the mark.
+        for Resumed { line: p, open } in kept {
             crate::worker::log(&p.key, &p.change, p.initial, p.reason, (!released || open).then_some(true));
         }
         true
@@ -871,8 +925,8 @@ mod tests {
         Key { namespace: "ns".into(), name: name.into() }
     }
 
-    fn kept(lines: Vec<(Pending, bool)>) -> Vec<Option<u64>> {
-        lines.into_iter().map(|(p, _)| p.version.own()).collect()
+    fn kept(lines: Vec<Resumed>) -> Vec<Option<u64>> {
+        lines.into_iter().map(|r| r.line.version.own()).collect()
     }
 
     fn delete(rv: &str) -> Change {
@@ -890,7 +944,7 @@ mod tests {
     /// after a lease that expired (`released` false) or was released.
     fn takeover(gate: &Gate, mark: Option<u64>) -> Vec<(Option<u64>, bool)> {
         let lines = gate.lead(mark, Instant::now() + Duration::from_secs(60));
-        lines.into_iter().map(|(p, open)| (p.version.own(), open)).collect()
+        lines.into_iter().map(|r| (r.line.version.own(), r.open)).collect()
     }
 
     #[test]
@@ -1034,6 +1088,27 @@ mod tests {
             "the old leader's"
         );
         assert_eq!(gate.admit(&key("d"), &add("8"), Seen::AsItHappened, false, None), Verdict::Log);
+    }
+
+    /// Lines no mark covers are kept apart from the others, so following
+    /// the mark never walks them; a new leader still logs all of them in
+    /// the order taken, and the cap drops the oldest of either.
+    #[test]
+    fn a_standby_logs_what_it_kept_in_the_order_taken() {
+        let gate = Gate::standby();
+        gate.admit(&key("a"), &add("5"), Seen::AsItHappened, false, None);
+        gate.admit(&key("b"), &delete("6"), inferred(None), false, None);
+        gate.admit(&key("c"), &add("7"), Seen::AsItHappened, false, None);
+        gate.follow(Some(5));
+        assert_eq!(takeover(&gate, Some(5)), vec![(Some(6), false), (Some(7), false)]);
+
+        let gate = Gate::standby();
+        gate.admit(&key("b"), &delete("1"), inferred(None), false, None);
+        for rv in 2..PENDING_CAP as u64 + 2 {
+            gate.admit(&key("a"), &add(&rv.to_string()), Seen::AsItHappened, false, None);
+        }
+        let kept = kept(gate.lead(None, Instant::now() + Duration::from_secs(60)));
+        assert_eq!((kept.len(), kept[0]), (PENDING_CAP, Some(2)), "the oldest went");
     }
 
     #[test]
