@@ -192,7 +192,8 @@ struct Marks {
 
 impl Position {
     /// Every change at or below this resourceVersion was handed out, and the
-    /// consumer has asked for more since. None before the first list is done.
+    /// consumer has asked for more since (or said it is done with the last
+    /// item: [`Position::consumed`]). None before the first list is done.
     pub fn handled(&self) -> Option<String> {
         self.lock().handled.clone()
     }
