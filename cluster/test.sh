@@ -79,15 +79,18 @@ export DEMO_CONTROLLER_TEST_CLUSTER=$dir
 cargo test --locked -- --include-ignored --skip node_ "$@"
 # The tests above read pods in protobuf (the default --wire). Those that
 # exercise the watch (relists after 410, restarts under churn, deletes missed
-# while away, selector exits, every e2e flow) run again on JSON, kube's own
-# watcher, so both wires stay proven. (Only in a full run: with name filters,
-# the filtered run above is what was asked for.)
+# while away, by a standby that then leads too, selector exits, every e2e
+# flow) run again on JSON, kube's own watcher, so both wires stay proven.
+# (Only in a full run: with name filters, the filtered run above is what was
+# asked for.)
 if (($# == 0)); then
-	json_again=(restarts_under_churn deletes_it_could_not_see relabelled_out_of_the_selector without_streaming_lists)
-	test_names --test faults --test watch | require_matches "the JSON re-run in cluster/test.sh" "${json_again[@]}"
+	json_again=(restarts_under_churn deletes_it_could_not_see relabelled_out_of_the_selector without_streaming_lists
+		a_delete_only_a_relist_finds a_delete_the_leader_logged_after_its_relist)
+	test_names --test faults --test watch --test leader |
+		require_matches "the JSON re-run in cluster/test.sh" "${json_again[@]}"
 	export DEMO_CONTROLLER_WIRE=json
 	cargo test --locked --test e2e -- --include-ignored
-	cargo test --locked --test faults --test watch -- --include-ignored "${json_again[@]}"
+	cargo test --locked --test faults --test watch --test leader -- --include-ignored "${json_again[@]}"
 	unset DEMO_CONTROLLER_WIRE
 fi
 

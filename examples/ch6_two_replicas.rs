@@ -97,7 +97,10 @@ async fn run(ns: &str, timings: Timings) -> Result<ExitCode, kube::Error> {
     let gate = Gate::standby();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let controller = Controller::with_gate(pods, watcher::Config::default(), settings, gate.clone());
-    let mut elector = Elector::new(Api::namespaced(client, ns), "demo-controller", timings, gate, controller.queue());
+    // The elector reads the queue (idle?) and how far the watch came: its
+    // progress, written on the Lease as the mark a new leader resumes from.
+    let (queue, position) = (controller.queue(), controller.position());
+    let mut elector = Elector::new(Api::namespaced(client, ns), "demo-controller", timings, gate, queue, position);
 
     let shutdown = CancellationToken::new();
     let ctrl_c = shutdown.clone();

@@ -98,6 +98,11 @@ impl Controller {
         self.queue.clone()
     }
 
+    /// How far the informer's watch stream came, for the leader's mark.
+    pub fn position(&self) -> crate::wire::Position {
+        self.cache.position()
+    }
+
     /// Resolves once the cache holds the first list (the WaitForCacheSync
     /// of step 2 below), for the elector: a replica runs for the lease only
     /// warm, so a cold one (a rollout's new pod) never leads with nothing

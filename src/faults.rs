@@ -203,17 +203,17 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_sync_takes_nothing_and_its_retry_still_logs_the_delete() {
-        use crate::informer::Cache;
         use crate::informer::tests::pod;
+        use crate::informer::{Cache, Relist};
         use crate::worker::Worker;
         use kube::runtime::watcher::Event;
         let cache = Cache::new();
         let worker = Worker::new(cache.clone(), false, None);
         for event in [Event::Init, Event::InitDone] {
-            cache.apply(event);
+            cache.apply(event, Relist::default());
         }
-        cache.apply(Event::Apply(pod("ns", "p", "u1", "2")));
-        cache.apply(Event::Delete(pod("ns", "p", "u1", "3")));
+        cache.apply(Event::Apply(pod("ns", "p", "u1", "2")), Relist::default());
+        cache.apply(Event::Delete(pod("ns", "p", "u1", "3")), Relist::default());
         let failing = Faults::parse("fail=ns/p").unwrap();
         let sync = || async {
             worker.sync(&key("p")).await;

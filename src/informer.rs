@@ -24,7 +24,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::key::Key;
+use crate::leader::Seen;
 use crate::queue::Queue;
+use crate::worker::Change;
 use crate::{metrics, probes};
 
 /// How long the API server keeps one watch request open (`timeoutSeconds`).
@@ -40,6 +42,10 @@ pub struct Cache {
     /// Read handle of the store. Workers read it through [`Cache::take`] only.
     store: Store<Pod>,
     inner: Mutex<Inner>,
+    /// How far the watch stream has come into this cache, and its keys into
+    /// the queue ([`run`] says when it moves): the protobuf watcher writes
+    /// it, kube's JSON watcher does not. The leader's mark is made of it.
+    position: crate::wire::Position,
 }
 
 /// Everything the informer writes, behind one lock. A worker reads the store
@@ -74,6 +80,27 @@ pub struct Tombstone {
     /// stopped matching, and the event cannot tell which (see
     /// [`Cache::apply`]); the worker asks the server (worker.rs).
     pub from_event: bool,
+    /// Found missing by a relist: what is known of when the delete happened
+    /// (nothing, for one from an event: it is at the pod's resourceVersion).
+    pub relist: Relist,
+}
+
+/// What is known of when the deletes a relist reveals happened: past the
+/// pod's last resourceVersion (the one its tombstone shows), and past
+/// `after`, no later than `by`. The leader election's gate needs these
+/// bounds (leader.rs, `Seen`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Relist {
+    /// How far the watch stream had come when the relist started: the
+    /// protobuf watcher's `Position::handled`, or the newest resourceVersion
+    /// of a watch event (on JSON, where the watcher tells no position). Every
+    /// change at or below it reached the store as an event, a DELETED one
+    /// too, so a pod still in the store then was deleted after it.
+    pub after: Option<u64>,
+    /// The list's resourceVersion, when the watcher says it (protobuf;
+    /// kube's JSON watcher does not): a pod the list lacks was deleted no
+    /// later than it.
+    pub by: Option<u64>,
 }
 
 /// What a worker sees for one key, taken in one consistent moment (see
@@ -83,6 +110,28 @@ pub struct Snapshot {
     pub tombstones: Vec<Tombstone>,
     /// Which of the pods above (current or tombstones) came in the first list.
     pub initial: HashSet<String>,
+}
+
+impl Snapshot {
+    /// When `change` happened, for the leader election's gate: at its pod's
+    /// resourceVersion, but for a delete no DELETED event told. One a relist
+    /// found lies within that relist's bounds; one with no tombstone at all
+    /// (`decide` deletes a pod it remembers when the cache no longer has it,
+    /// after a key was given up on) is known only to come after the pod's
+    /// last change.
+    pub fn seen(&self, change: &Change) -> Seen {
+        let Change::Delete(p) = change else { return Seen::AsItHappened };
+        let of_it = |t: &&Tombstone| {
+            t.pod.metadata.uid.as_deref() == Some(p.uid.as_str())
+                && t.pod.metadata.resource_version.as_deref() == Some(p.resource_version.as_str())
+        };
+        let mut stones = self.tombstones.iter().filter(of_it);
+        match stones.clone().find(|t| t.from_event).or_else(|| stones.next()) {
+            Some(t) if t.from_event => Seen::AsItHappened,
+            Some(t) => Seen::Inferred(t.relist),
+            None => Seen::Inferred(Relist::default()),
+        }
+    }
 }
 
 impl Cache {
@@ -95,7 +144,7 @@ impl Cache {
             first_list: None,
             unreadable: HashSet::new(),
         };
-        Arc::new(Cache { store, inner: Mutex::new(inner) })
+        Arc::new(Cache { store, inner: Mutex::new(inner), position: crate::wire::Position::default() })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -104,8 +153,9 @@ impl Cache {
 
     // ANCHOR: apply
     /// The event handlers: apply one watcher event to the store and return the
-    /// keys that need a sync.
-    pub fn apply(&self, event: Event<Pod>) -> Vec<Key> {
+    /// keys that need a sync. `relist`: for an InitDone, what is known of
+    /// when the deletes it reveals happened (ignored for other events).
+    pub fn apply(&self, event: Event<Pod>, relist: Relist) -> Vec<Key> {
         let mut inner = self.lock();
         let event = match event {
             Event::Apply(pod) => Event::Apply(self.mend_status(&mut inner, pod)),
@@ -127,7 +177,7 @@ impl Cache {
             Event::Delete(pod) => {
                 inner.unreadable.remove(&Key::of(pod));
                 inner.writer.apply_watcher_event(&event);
-                let tombstone = Tombstone { pod: Arc::new(pod.clone()), from_event: true };
+                let tombstone = Tombstone { pod: Arc::new(pod.clone()), from_event: true, relist: Relist::default() };
                 inner.tombstones.entry(Key::of(pod)).or_default().push(tombstone);
                 vec![Key::of(pod)]
             }
@@ -157,11 +207,14 @@ impl Cache {
                     self.store.state().iter().map(|pod| (Key::of(pod), pod.uid())).collect();
                 // Pods we knew that the new list lacks (or holds under a new
                 // UID) were deleted (or left the selector: a list cannot tell)
-                // while we were not watching: tombstones.
+                // while we were not watching: tombstones. When, nobody saw:
+                // after the pod's last resourceVersion and the stream's
+                // position at the relist's start, no later than the list's.
                 for old in before {
                     let key = Key::of(&old);
                     if now.get(&key) != Some(&old.uid()) {
-                        inner.tombstones.entry(key).or_default().push(Tombstone { pod: old, from_event: false });
+                        let tombstone = Tombstone { pod: old, from_event: false, relist };
+                        inner.tombstones.entry(key).or_default().push(tombstone);
                     }
                 }
                 metrics::relisted();
@@ -245,6 +298,11 @@ impl Cache {
         self.lock().first_list.unwrap_or(0)
     }
 
+    /// How far the watch came (see the field), for the leader's mark.
+    pub fn position(&self) -> crate::wire::Position {
+        self.position.clone()
+    }
+
     /// The store's read handle: for WaitForCacheSync, resync and counting.
     pub fn store(&self) -> &Store<Pod> {
         &self.store
@@ -326,6 +384,7 @@ pub async fn run(
     queue: Arc<Queue<Key>>,
     shutdown: CancellationToken,
 ) {
+    let position = cache.position.clone();
     let _running = probes::watch_running(); // for /healthz, until we return
     if config.timeout.is_none() {
         config = config.timeout(WATCH_TIMEOUT_SECS);
@@ -341,11 +400,15 @@ pub async fn run(
     // Whether the bytes of a list were refused before one completed (a page
     // too big or too costly): the next list must not ask for them again.
     let mut list_refused = false;
+    // The newest resourceVersion of a watch event: how far the stream came,
+    // where the watcher tells no position (JSON). Not moved during a relist,
+    // which has no Apply or Delete events.
+    let mut streamed: Option<u64> = None;
     loop {
         let streaming = config.initial_list_strategy == InitialListStrategy::StreamingList;
         // Whether this watcher has finished a list since its last start.
         let mut watcher_listed = false;
-        let mut events = crate::wire::events(wire, protobuf_accept.as_deref(), api.clone(), config.clone());
+        let mut events = crate::wire::events(wire, protobuf_accept.as_deref(), api.clone(), config.clone(), &position);
         let delay = loop {
             let next = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -383,7 +446,32 @@ pub async fn run(
                     }
                     expiries.track(&event);
                     list.track(&event);
-                    queue.add_all(cache.apply(event));
+                    if let Event::Apply(pod) | Event::Delete(pod) = &event {
+                        streamed = streamed.max(pod.metadata.resource_version.as_deref().and_then(|v| v.parse().ok()));
+                    }
+                    // The bounds of the deletes a list reveals: how far the
+                    // stream had come before it (the position does not move
+                    // during a relist, and is read before the next poll), and
+                    // the list's resourceVersion, which only the protobuf
+                    // watcher says (kube's hides it).
+                    let rv = |rv: Option<String>| rv.and_then(|rv| rv.parse::<u64>().ok());
+                    let relist = match (&event, wire) {
+                        (Event::InitDone, Wire::Protobuf) => {
+                            Relist { after: rv(position.handled()).max(streamed), by: rv(position.listed()) }
+                        }
+                        (Event::InitDone, Wire::Json) => Relist { after: streamed, by: None },
+                        _ => Relist::default(),
+                    };
+                    // The keys are queued here, and only then is the
+                    // protobuf watcher's `Position` moved past this event,
+                    // which the leader's mark is made of (leader.rs,
+                    // `next_mark`): at once (`consumed`), not only when the
+                    // next event is asked for, so it covers every key queued
+                    // even if this loop stops next (a shutdown), and a
+                    // graceful handoff's last mark covers all the workers
+                    // drain. Nothing may be awaited in between.
+                    queue.add_all(cache.apply(event, relist));
+                    position.consumed();
                     metrics::cache_pods(cache.store().len());
                 }
                 Some(Err(error)) if wire == Wire::Protobuf && crate::wire::refuses_protobuf(&error).is_some() => {
@@ -663,11 +751,11 @@ pub(crate) mod tests {
     #[test]
     fn init_apply_keys_wait_for_init_done() {
         let cache = Cache::new();
-        assert!(cache.apply(Event::Init).is_empty());
-        assert!(cache.apply(Event::InitApply(pod("a", "p", "u1", "1"))).is_empty());
+        assert!(cache.apply(Event::Init, Relist::default()).is_empty());
+        assert!(cache.apply(Event::InitApply(pod("a", "p", "u1", "1")), Relist::default()).is_empty());
         // Before InitDone the store does not hold the list yet.
         assert!(cache.take(&key("a", "p")).current.is_none());
-        assert_eq!(cache.apply(Event::InitDone), vec![key("a", "p")]);
+        assert_eq!(cache.apply(Event::InitDone, Relist::default()), vec![key("a", "p")]);
         let snap = cache.take(&key("a", "p"));
         assert!(snap.current.is_some());
         assert_eq!(snap.initial, HashSet::from(["u1".to_string()]), "pods of the first list are marked initial");
@@ -678,32 +766,35 @@ pub(crate) mod tests {
     fn the_first_list_is_counted_apart_from_the_events_after_it() {
         let cache = Cache::new();
         assert_eq!(cache.first_list_len(), 0, "nothing listed yet");
-        cache.apply(Event::Init);
-        cache.apply(Event::InitApply(pod("a", "p", "u1", "1")));
-        cache.apply(Event::InitApply(pod("a", "q", "u2", "1")));
-        cache.apply(Event::InitDone);
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitApply(pod("a", "p", "u1", "1")), Relist::default());
+        cache.apply(Event::InitApply(pod("a", "q", "u2", "1")), Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
         // An event applied before the `cache synced` line is written.
-        cache.apply(Event::Apply(pod("a", "late", "u3", "2")));
+        cache.apply(Event::Apply(pod("a", "late", "u3", "2")), Relist::default());
         assert_eq!((cache.first_list_len(), cache.store().len()), (2, 3));
         // A relist does not change what the first list held.
-        cache.apply(Event::Init);
-        cache.apply(Event::InitDone);
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
         assert_eq!(cache.first_list_len(), 2);
     }
 
     #[test]
     fn a_relist_finds_the_pods_deleted_while_not_watching() {
         let cache = Cache::new();
-        cache.apply(Event::Init);
-        cache.apply(Event::InitApply(pod("a", "gone", "u1", "1")));
-        cache.apply(Event::InitApply(pod("a", "kept", "u2", "1")));
-        cache.apply(Event::InitApply(pod("a", "recreated", "u3", "1")));
-        cache.apply(Event::InitDone);
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitApply(pod("a", "gone", "u1", "1")), Relist::default());
+        cache.apply(Event::InitApply(pod("a", "kept", "u2", "1")), Relist::default());
+        cache.apply(Event::InitApply(pod("a", "recreated", "u3", "1")), Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
         // The connection drops; the relist lacks `gone` and holds `recreated` with a new UID.
-        cache.apply(Event::Init);
-        cache.apply(Event::InitApply(pod("a", "kept", "u2", "1")));
-        cache.apply(Event::InitApply(pod("a", "recreated", "u4", "5")));
-        let mut keys = cache.apply(Event::InitDone);
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitApply(pod("a", "kept", "u2", "1")), Relist::default());
+        cache.apply(Event::InitApply(pod("a", "recreated", "u4", "5")), Relist::default());
+        // A list at resourceVersion 9, started with the stream at 3: every
+        // delete it reveals happened after 3, by 9.
+        let relist = Relist { after: Some(3), by: Some(9) };
+        let mut keys = cache.apply(Event::InitDone, relist);
         keys.sort();
         keys.dedup();
         assert_eq!(keys, vec![key("a", "gone"), key("a", "kept"), key("a", "recreated")]);
@@ -711,6 +802,8 @@ pub(crate) mod tests {
         assert!(gone.current.is_none());
         assert_eq!(gone.tombstones.len(), 1);
         assert_eq!(gone.tombstones[0].pod.uid().as_deref(), Some("u1"));
+        assert_eq!(gone.tombstones[0].pod.resource_version().as_deref(), Some("1"), "the pod as last known");
+        assert_eq!((gone.tombstones[0].from_event, gone.tombstones[0].relist), (false, relist));
         let recreated = cache.take(&key("a", "recreated"));
         assert_eq!(recreated.current.and_then(|p| p.uid()).as_deref(), Some("u4"));
         assert_eq!(recreated.tombstones[0].pod.uid().as_deref(), Some("u3"));
@@ -718,16 +811,54 @@ pub(crate) mod tests {
         assert!(!recreated.initial.contains("u4"), "a pod from a later relist is not from the initial list");
     }
 
+    /// The gate's question, when did a change happen, answered from the
+    /// tombstones: a DELETED event's delete is at its own resourceVersion; a
+    /// relist's, within that relist's bounds; a delete with no tombstone
+    /// (the worker remembers a pod the cache no longer has) is known only
+    /// to come after the pod's last change.
+    #[test]
+    fn a_delete_is_at_its_version_only_when_an_event_told_it() {
+        use crate::pod::PodState;
+        use crate::worker::Change;
+        let cache = Cache::new();
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitApply(pod("a", "listed", "u1", "1")), Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
+        cache.apply(Event::Apply(pod("a", "watched", "u2", "2")), Relist::default());
+        cache.apply(Event::Delete(pod("a", "watched", "u2", "3")), Relist::default());
+        cache.apply(Event::Init, Relist::default());
+        let relist = Relist { after: Some(3), by: Some(7) };
+        cache.apply(Event::InitDone, relist);
+        let delete = |name: &str, uid: &str, rv: &str| {
+            let snapshot = cache.take(&key("a", name));
+            let p = PodState::of(&Arc::new(pod("a", name, uid, rv)));
+            snapshot.seen(&Change::Delete(p))
+        };
+        assert_eq!(delete("watched", "u2", "3"), Seen::AsItHappened);
+        assert_eq!(delete("listed", "u1", "1"), Seen::Inferred(relist));
+        assert_eq!(delete("forgotten", "u9", "5"), Seen::Inferred(Relist::default()));
+        let snapshot = cache.take(&key("a", "new"));
+        assert_eq!(
+            snapshot.seen(&Change::Add(PodState::of(&Arc::new(pod("a", "new", "u3", "8"))))),
+            Seen::AsItHappened
+        );
+    }
+
     #[test]
     fn a_delete_event_leaves_its_final_state_as_a_tombstone() {
         let cache = Cache::new();
-        cache.apply(Event::Init);
-        cache.apply(Event::InitDone);
-        assert_eq!(cache.apply(Event::Apply(pod("a", "p", "u1", "2"))), vec![key("a", "p")]);
-        assert_eq!(cache.apply(Event::Delete(pod("a", "p", "u1", "3"))), vec![key("a", "p")]);
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
+        assert_eq!(cache.apply(Event::Apply(pod("a", "p", "u1", "2")), Relist::default()), vec![key("a", "p")]);
+        assert_eq!(cache.apply(Event::Delete(pod("a", "p", "u1", "3")), Relist::default()), vec![key("a", "p")]);
         let snap = cache.take(&key("a", "p"));
         assert!(snap.current.is_none());
         assert_eq!(snap.tombstones[0].pod.resource_version().as_deref(), Some("3"));
+        assert_eq!(
+            (snap.tombstones[0].from_event, snap.tombstones[0].relist),
+            (true, Relist::default()),
+            "at the event's own version"
+        );
         assert!(cache.take(&key("a", "p")).tombstones.is_empty(), "a tombstone is taken once");
     }
 
@@ -770,11 +901,11 @@ pub(crate) mod tests {
     #[test]
     fn an_initial_pod_deleted_before_its_sync_keeps_its_mark_until_taken() {
         let cache = Cache::new();
-        cache.apply(Event::Init);
-        cache.apply(Event::InitApply(pod("a", "p", "u1", "1")));
-        cache.apply(Event::InitDone);
-        cache.apply(Event::Delete(pod("a", "p", "u1", "2")));
-        cache.apply(Event::Apply(pod("a", "p", "u2", "3"))); // replaced under the same name
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitApply(pod("a", "p", "u1", "1")), Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
+        cache.apply(Event::Delete(pod("a", "p", "u1", "2")), Relist::default());
+        cache.apply(Event::Apply(pod("a", "p", "u2", "3")), Relist::default()); // replaced under the same name
         let snap = cache.take(&key("a", "p"));
         assert_eq!(snap.initial, HashSet::from(["u1".to_string()]));
         assert_eq!(cache.held(), (0, 0), "nothing of it stays in memory");
@@ -783,24 +914,24 @@ pub(crate) mod tests {
     #[test]
     fn a_relist_older_than_the_store_never_moves_a_pod_back() {
         let cache = Cache::new();
-        cache.apply(Event::Init);
-        cache.apply(Event::InitApply(pod("a", "p", "u1", "5")));
-        cache.apply(Event::InitDone);
-        cache.apply(Event::Apply(pod("a", "p", "u1", "9")));
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitApply(pod("a", "p", "u1", "5")), Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
+        cache.apply(Event::Apply(pod("a", "p", "u1", "9")), Relist::default());
         // A relist served by a cache that lags: p at 5 again, and q, which
         // that old list cannot know about yet, is another pod.
-        cache.apply(Event::Init);
-        cache.apply(Event::InitApply(pod("a", "p", "u1", "5")));
-        cache.apply(Event::InitApply(pod("a", "q", "u2", "3")));
-        cache.apply(Event::InitDone);
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitApply(pod("a", "p", "u1", "5")), Relist::default());
+        cache.apply(Event::InitApply(pod("a", "q", "u2", "3")), Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
         let p = cache.take(&key("a", "p")).current.unwrap();
         assert_eq!(p.resource_version().as_deref(), Some("9"), "the newer state we had is kept");
         assert!(cache.take(&key("a", "p")).tombstones.is_empty());
         // A newer listed state, or another pod under the name, is taken.
-        cache.apply(Event::Init);
-        cache.apply(Event::InitApply(pod("a", "p", "u1", "12")));
-        cache.apply(Event::InitApply(pod("a", "q", "u3", "2")));
-        cache.apply(Event::InitDone);
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitApply(pod("a", "p", "u1", "12")), Relist::default());
+        cache.apply(Event::InitApply(pod("a", "q", "u3", "2")), Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
         assert_eq!(cache.take(&key("a", "p")).current.unwrap().resource_version().as_deref(), Some("12"));
         assert_eq!(cache.take(&key("a", "q")).current.unwrap().uid().as_deref(), Some("u3"));
         // resourceVersions that are not numbers are never compared.
@@ -811,11 +942,11 @@ pub(crate) mod tests {
     #[test]
     fn a_released_key_frees_its_tombstones_and_initial_marks() {
         let cache = Cache::new();
-        cache.apply(Event::Init);
-        cache.apply(Event::InitApply(pod("a", "p", "u1", "1")));
-        cache.apply(Event::InitApply(pod("a", "q", "u2", "1")));
-        cache.apply(Event::InitDone);
-        cache.apply(Event::Delete(pod("a", "p", "u1", "2")));
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitApply(pod("a", "p", "u1", "1")), Relist::default());
+        cache.apply(Event::InitApply(pod("a", "q", "u2", "1")), Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
+        cache.apply(Event::Delete(pod("a", "p", "u1", "2")), Relist::default());
         assert_eq!(cache.held(), (1, 2));
         cache.release(&key("a", "p"));
         assert_eq!(cache.held(), (0, 1), "q keeps its mark");
@@ -899,19 +1030,19 @@ pub(crate) mod tests {
         let cache = Cache::new();
         let mut running = pod("a", "p", "u1", "1");
         running.status = Some(crate::pod::Status { phase: Some(Word::new("Running")), ..Default::default() });
-        cache.apply(Event::Init);
-        cache.apply(Event::InitApply(running.clone()));
-        cache.apply(Event::InitDone);
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitApply(running.clone()), Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
         let mut unreadable = pod("a", "p", "u1", "2");
         unreadable.unreadable_status = Some(Text::new("bad protobuf in the PodStatus at byte 0"));
-        cache.apply(Event::Apply(unreadable.clone()));
+        cache.apply(Event::Apply(unreadable.clone()), Relist::default());
         let kept = cache.take(&key("a", "p")).current.unwrap();
         assert_eq!(kept.resource_version().as_deref(), Some("2"), "the rest of the update is taken");
         assert_eq!(kept.status, running.status, "the status it had is kept");
         assert_eq!(kept.unreadable_status, None);
         assert_eq!(cache.held(), (0, 0), "no tombstone, and the initial mark went with the take");
         assert!(cache.lock().unreadable.contains(&key("a", "p")), "said once, until it reads again");
-        cache.apply(Event::Apply(pod("a", "p", "u1", "3")));
+        cache.apply(Event::Apply(pod("a", "p", "u1", "3")), Relist::default());
         assert!(cache.lock().unreadable.is_empty());
     }
 
@@ -928,11 +1059,11 @@ pub(crate) mod tests {
     #[test]
     fn a_tombstone_that_arrives_after_a_take_waits_for_the_next() {
         let cache = Cache::new();
-        cache.apply(Event::Init);
-        cache.apply(Event::InitDone);
-        cache.apply(Event::Delete(pod("a", "p", "u1", "2")));
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
+        cache.apply(Event::Delete(pod("a", "p", "u1", "2")), Relist::default());
         assert_eq!(cache.take(&key("a", "p")).tombstones.len(), 1);
-        cache.apply(Event::Delete(pod("a", "p", "u2", "5")));
+        cache.apply(Event::Delete(pod("a", "p", "u2", "5")), Relist::default());
         let next = cache.take(&key("a", "p"));
         assert_eq!(next.tombstones.len(), 1);
         assert_eq!(next.tombstones[0].pod.uid().as_deref(), Some("u2"));

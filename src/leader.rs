@@ -11,15 +11,52 @@
 //! graceful shutdown.
 //!
 //! What client-go has no word for is where the new leader starts. Here the
-//! leader writes, with every renew, the resourceVersion of pods up to which
-//! it has logged ([`MARK`]). A standby's worker takes every change in, as
-//! the leader's does, and hands its line to the [`Gate`], which keeps it
-//! until the mark covers it. Once the standby leads, it logs the lines it
-//! kept past the mark. After a graceful handoff the mark is exact: nothing
-//! twice, nothing lost. After a crash the mark is up to one retry period
+//! leader writes, with every renew, how far it has logged ([`MARK`]): the
+//! resourceVersion up to which its informer's watch stream was delivered
+//! (the last event's, a bookmark's, a list's), taken only while every key
+//! added was synced (none queued, held by a worker, or waiting out a
+//! retry), so every change at or below it was synced ([`next_mark`]). A standby's worker takes every change in, as the
+//! leader's does, and hands its line to the [`Gate`], which keeps it until
+//! the mark covers it. Once the standby leads, it logs the lines it kept
+//! past the mark. After a graceful handoff the mark is exact: nothing
+//! lost, and nothing twice but for the one kind of line below, which says
+//! so. After a crash the mark is up to one retry period
 //! old, so the kept lines may have been logged already: they say
 //! `replayed=true`.
+//!
+//! One kind of line is not at its pod's resourceVersion: a delete that a
+//! relist found (the pod is missing from the new list; its DELETED event
+//! was missed). It happened somewhere after the pod's last change, and
+//! after the position this replica's own stream had reached when the relist
+//! started (the pod was still in its store then), and no later than the
+//! list, so only a mark past the *list's* resourceVersion covers it
+//! ([`Seen`]); a mark between the two ends leaves open whether the leader
+//! logged it, and the line then says `replayed=true`. (A leader's own
+//! stream soon passes the mark it took over from, so a delete its own
+//! relist finds later is a plain line.) That is why
+//! the mark is a stream position and not the newest pod resourceVersion
+//! logged: in a quiet namespace the latter never reaches a list's
+//! resourceVersion (etcd's revision, which every write anywhere moves, the
+//! lease's renewals too), and such deletes would wait in every standby, to
+//! be logged again by the next leader. The position moves in a quiet
+//! namespace too, with the bookmark the API server sends before it ends
+//! each watch (see `informer::WATCH_TIMEOUT_SECS`), so a standby drops such
+//! a delete within a watch timeout or two after the leader logged it, on
+//! one condition: that the bookmark carries etcd's current revision, not
+//! the last pod change's. kube-apiserver's watch cache moves on with etcd's
+//! progress notifications (the local v1.35's does: tests/leader.rs shows
+//! it in a quiet namespace); a server whose bookmarks do not follow etcd's
+//! progress sends none newer than the last pod change it saw, and the
+//! standby then keeps such a delete until a later pod change carries the
+//! mark past its list, or until it leads and logs it with `replayed=true`.
+//! On `--wire json` kube's watcher tells neither the position nor the
+//! list's resourceVersion: the mark is then the newest pod resourceVersion
+//! taken in, and a standby keeps every delete a relist found until it leads
+//! (at most [`PENDING_CAP`] lines): no mark can say it was logged. It logs
+//! them then, with `replayed=true` where the mark passed the lower end
+//! (short of it, the delete came after the mark for certain).
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,13 +67,18 @@ use kube::api::PostParams;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::wire::Position;
+
+use crate::informer::Relist;
 use crate::key::Key;
 use crate::queue::Queue;
 use crate::worker::Change;
 
 /// The annotation on the Lease that carries the leader's progress: every pod
 /// change up to this resourceVersion has been logged (or was in the first
-/// list of a logger that did not lead).
+/// list of a logger that did not lead). It is the higher of the informer's
+/// stream position (protobuf only) and the newest pod resourceVersion taken
+/// in, logged or silent (all JSON has): see [`next_mark`].
 pub const MARK: &str = "demo-controller.example.com/logged-up-to";
 
 /// client-go's `JitterFactor`: the renew deadline must leave room for one
@@ -161,7 +203,7 @@ pub enum Verdict {
     /// No line now: the leader logged it, or we stand by (then the gate
     /// keeps the line until the leader's mark passes it or we lead).
     Silent,
-    /// Log it with `replayed=true`: a leader that died may have logged it.
+    /// Log it with `replayed=true`: the previous leader may have logged it.
     Replayed,
 }
 
@@ -170,9 +212,86 @@ enum Role {
     /// Lines are written, but none up to `mark` (the previous leader's), and
     /// none after `until`: the renew deadline after the last renew.
     Leading { mark: Option<u64>, until: Option<Instant> },
-    /// No line. Those past `mark` wait in `pending`.
+    /// No line. Those past `mark` wait in `kept`.
     Standby { mark: Option<u64> },
 }
+
+/// What a line says of *when* its change happened, for the gate to compare
+/// with a mark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// By an event or in a list: the change is at the pod's resourceVersion.
+    AsItHappened,
+    /// A delete a relist inferred (the new list lacks the pod). Its own
+    /// resourceVersion is unknown (the DELETED event was missed): it is past
+    /// the pod's last known one and the stream's position when the relist
+    /// started, and no later than the list's, when the watcher says it
+    /// (protobuf; kube's JSON watcher does not): see [`Relist`].
+    Inferred(Relist),
+}
+
+// ANCHOR: version
+/// Where a line's change stands among resourceVersions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Version {
+    /// At this resourceVersion (None: not a number).
+    At(Option<u64>),
+    /// Somewhere after `after`, no later than `by` (None: unknown).
+    Between { after: Option<u64>, by: Option<u64> },
+}
+
+impl Version {
+    fn of(change: &Change, seen: Seen) -> Version {
+        let own = resource_version(change);
+        match seen {
+            Seen::AsItHappened => Version::At(own),
+            Seen::Inferred(Relist { after, by }) => {
+                // After both the pod's last change and where our own stream
+                // was when the relist started: a delete at or below that
+                // position would have come as an event.
+                let after = own.max(after);
+                // A list at or below that is older than what we know (a
+                // lagging cache): it bounds nothing.
+                let by = by.filter(|by| after.is_none_or(|after| after < *by));
+                Version::Between { after, by }
+            }
+        }
+    }
+
+    /// The lower end: the resourceVersion, or what the change is known to
+    /// come after.
+    #[cfg(test)]
+    fn own(self) -> Option<u64> {
+        match self {
+            Version::At(v) | Version::Between { after: v, .. } => v,
+        }
+    }
+
+    /// The mark says the leader logged it. For an inferred delete only a
+    /// mark past the *list* says so: a mark past the pod's last change, but
+    /// short of the list, may stop before the delete.
+    fn covered_by(self, mark: Option<u64>) -> bool {
+        match self {
+            Version::At(v) => covers(mark, v),
+            Version::Between { by, .. } => covers(mark, by),
+        }
+    }
+
+    /// Whether some mark can cover it: a version that is a number, or a
+    /// delete with an upper bound.
+    fn coverable(self) -> bool {
+        matches!(self, Version::At(Some(_)) | Version::Between { by: Some(_), .. })
+    }
+
+    /// The mark does not say it was logged, nor that it was not: a delete
+    /// somewhere between its lower end (the pod's last change, or our
+    /// stream's position when the relist started: the mark passed both) and
+    /// the list. Such a line is logged with `replayed=true`.
+    fn straddled_by(self, mark: Option<u64>) -> bool {
+        matches!(self, Version::Between { after, .. } if covers(mark, after)) && !self.covered_by(mark)
+    }
+}
+// ANCHOR_END: version
 
 /// A line a standby kept: past the leader's mark when its worker took the
 /// change in.
@@ -182,24 +301,81 @@ pub struct Pending {
     pub change: Change,
     pub initial: bool,
     pub reason: Option<&'static str>,
-    version: Option<u64>,
+    version: Version,
+}
+
+#[derive(Debug, Default)]
+struct Kept {
+    /// A standby's lines past the mark that a later mark can cover, each
+    /// numbered in the order its workers took them.
+    coverable: VecDeque<(u64, Pending)>,
+    /// Lines no mark covers (a version that is not a number, a delete a
+    /// relist found with no upper bound: JSON's), kept apart so that
+    /// following the mark never walks them.
+    uncovered: VecDeque<(u64, Pending)>,
+    /// Lines kept so far: the next one's number.
+    count: u64,
+}
+
+impl Kept {
+    fn keep(&mut self, line: Pending) {
+        if self.coverable.len() + self.uncovered.len() == PENDING_CAP {
+            // The oldest of the two goes.
+            match (self.coverable.front(), self.uncovered.front()) {
+                (Some((a, _)), Some((b, _))) if b < a => self.uncovered.pop_front(),
+                (Some(_), _) => self.coverable.pop_front(),
+                (None, _) => self.uncovered.pop_front(),
+            };
+        }
+        let numbered = (self.count, line);
+        self.count += 1;
+        match numbered.1.version.coverable() {
+            true => self.coverable.push_back(numbered),
+            false => self.uncovered.push_back(numbered),
+        }
+    }
+
+    /// A mark was heard: the lines it covers go.
+    fn follow(&mut self, mark: Option<u64>) {
+        self.coverable.retain(|(_, p)| !p.version.covered_by(mark));
+    }
+
+    /// Every line the mark does not cover, in the order taken.
+    fn drain(&mut self, mark: Option<u64>) -> Vec<Pending> {
+        let mut lines: Vec<(u64, Pending)> = self.coverable.drain(..).chain(self.uncovered.drain(..)).collect();
+        lines.sort_by_key(|(n, _)| *n);
+        lines.into_iter().map(|(_, p)| p).filter(|p| !p.version.covered_by(mark)).collect()
+    }
 }
 
 #[derive(Debug)]
 struct GateState {
     role: Role,
-    /// A standby's lines past the mark, in the order its workers took them.
-    pending: std::collections::VecDeque<Pending>,
-    /// The highest resourceVersion a sync took in (logged or silent).
+    /// What a standby keeps.
+    kept: Kept,
+    /// The highest pod resourceVersion a sync took in (logged or silent).
     taken: Option<u64>,
+}
+
+/// A kept line a new leader logs (see [`Gate::lead`]).
+#[derive(Debug)]
+struct Resumed {
+    line: Pending,
+    /// The mark leaves it open whether the previous leader logged it (see
+    /// [`Version::straddled_by`]): it says `replayed=true`, even after a
+    /// release.
+    open: bool,
 }
 
 /// Lines a standby keeps at most. A leader renews its mark every retry
 /// period, which drops what it covers, so only a lease whose holder writes
-/// no mark (not a demo-controller) fills this; past it the oldest go.
+/// no mark (not a demo-controller) fills this, or deletes that relists of
+/// kube's JSON watcher inferred (no mark covers them, see [`Seen`]); past
+/// it the oldest go.
 pub const PENDING_CAP: usize = 100_000;
 
-fn version(change: &Change) -> Option<u64> {
+/// The resourceVersion of the pod a change shows (None: not a number).
+fn resource_version(change: &Change) -> Option<u64> {
     match change {
         Change::Add(p) | Change::Delete(p) | Change::Update { new: p, .. } => p.resource_version.parse().ok(),
     }
@@ -236,33 +412,39 @@ impl Gate {
     }
 
     fn new(role: Role) -> Arc<Gate> {
-        let pending = Default::default();
-        Arc::new(Gate { state: Mutex::new(GateState { role, pending, taken: None }) })
+        Arc::new(Gate { state: Mutex::new(GateState { role, kept: Kept::default(), taken: None }) })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// A worker has a line for `change` of `key`: log it or not?
-    pub fn admit(&self, key: &Key, change: &Change, initial: bool, reason: Option<&'static str>) -> Verdict {
+    /// A worker has a line for `change` of `key`, `seen` as it happened or
+    /// inferred by a relist: log it or not?
+    pub fn admit(
+        &self,
+        key: &Key,
+        change: &Change,
+        seen: Seen,
+        initial: bool,
+        reason: Option<&'static str>,
+    ) -> Verdict {
         let mut state = self.lock();
-        let version = version(change);
-        state.taken = state.taken.max(version);
+        let version = Version::of(change, seen);
+        state.taken = state.taken.max(resource_version(change));
         match state.role {
-            Role::Leading { mark, .. } if covers(mark, version) => Verdict::Silent,
+            Role::Leading { mark, .. } if version.covered_by(mark) => Verdict::Silent,
             // Past the renew deadline another may lead: checked here, at the
             // line, not only when the elector next wakes up (a process that
             // was paused resumes its workers and its elector in any order).
             Role::Leading { until: Some(until), .. } if Instant::now() >= until => Verdict::Silent,
+            // The previous leader's mark neither covers it nor rules it out.
+            Role::Leading { mark, .. } if version.straddled_by(mark) => Verdict::Replayed,
             Role::Leading { .. } => Verdict::Log,
             Role::Standby { mark } => {
-                if !covers(mark, version) {
-                    if state.pending.len() == PENDING_CAP {
-                        state.pending.pop_front();
-                    }
+                if !version.covered_by(mark) {
                     let (key, change) = (key.clone(), change.clone());
-                    state.pending.push_back(Pending { key, change, initial, reason, version });
+                    state.kept.keep(Pending { key, change, initial, reason, version });
                 }
                 Verdict::Silent
             }
@@ -270,8 +452,8 @@ impl Gate {
     }
     // ANCHOR_END: gate
 
-    /// The highest resourceVersion taken in so far: the mark to write, when
-    /// nothing is queued or in flight (see [`Elector::progress`]).
+    /// The highest pod resourceVersion taken in so far (logged or silent):
+    /// the mark on JSON, when the queue is idle (see [`next_mark`]).
     pub fn taken(&self) -> Option<u64> {
         self.lock().taken
     }
@@ -287,7 +469,7 @@ impl Gate {
             && mark > old
         {
             state.role = Role::Standby { mark };
-            state.pending.retain(|p| !covers(mark, p.version));
+            state.kept.follow(mark);
         }
     }
 
@@ -300,11 +482,13 @@ impl Gate {
     }
 
     /// We lead from the lease's `mark`, until `until` unless renewed:
-    /// returns the kept lines it does not cover, to log now, before any other.
-    fn lead(&self, mark: Option<u64>, until: Instant) -> Vec<Pending> {
+    /// returns the kept lines it does not cover, to log now, before any
+    /// other.
+    fn lead(&self, mark: Option<u64>, until: Instant) -> Vec<Resumed> {
         let mut state = self.lock();
         state.role = Role::Leading { mark, until: Some(until) };
-        state.pending.drain(..).filter(|p| !covers(mark, p.version)).collect()
+        let kept = state.kept.drain(mark).into_iter();
+        kept.map(|line| Resumed { open: line.version.straddled_by(mark), line }).collect()
     }
 
     /// No more lines, from now on.
@@ -324,6 +508,40 @@ fn caught_up(joined: Option<u64>, mark: Option<u64>) -> bool {
     }
 }
 
+// ANCHOR: mark
+/// The mark after one look at the informer: its `position`, if the workers
+/// are `idle`, else the `mark` as it was.
+///
+/// The position is the resourceVersion up to which the watch stream was
+/// delivered: the last event's, a bookmark's, or a list's at its InitDone.
+/// On protobuf the watcher moves it past an event only once the informer
+/// has queued the event's keys (it says so with `Position::consumed`, or
+/// by asking for the next event: kube-pod-protobuf's `Position`); so by the
+/// time a position can be read, the keys of every change at or below it
+/// are queued, also right before a shutdown. On JSON kube's watcher keeps
+/// its resourceVersion and bookmarks to itself: the position is then the
+/// highest pod resourceVersion a sync took in ([`Gate::taken`]), lower, so
+/// a safe stand-in. (In a quiet namespace it stays far below a list's
+/// resourceVersion, which is etcd's revision and moves with every write
+/// anywhere, lease renewals too: see [`Seen`].) The elector takes the
+/// higher of the two on both wires: a state a sync took in was logged or
+/// kept, whether or not the informer had moved its position past it yet.
+///
+/// Why the position is read FIRST and the idle check made after: read in
+/// the other order, the informer could queue a new change and publish its
+/// position between the two, and the mark would claim a change no worker
+/// has synced yet. Read first, a position published since is simply not
+/// used: every change at or below the one read was queued before the read,
+/// and an idle queue after it ([`Queue::is_idle`]: no key queued, none held
+/// by a worker or added again meanwhile, none waiting out a retry's
+/// backoff, all read under one lock) means each was synced (and its line
+/// written or kept).
+fn next_mark(mark: Option<u64>, position: impl FnOnce() -> Option<u64>, idle: impl FnOnce() -> bool) -> Option<u64> {
+    let position = position();
+    if idle() { mark.max(position) } else { mark }
+}
+// ANCHOR_END: mark
+
 /// The elector: one candidate for the Lease `name` in its namespace.
 pub struct Elector {
     api: Api<Lease>,
@@ -332,6 +550,8 @@ pub struct Elector {
     timings: Timings,
     gate: Arc<Gate>,
     queue: Arc<Queue<Key>>,
+    /// How far the informer's watch stream has come (protobuf only).
+    position: Position,
     observer: Observer,
     /// The mark we last wrote (kept while the queue is busy).
     mark: Option<u64>,
@@ -351,7 +571,14 @@ pub struct Elector {
 }
 
 impl Elector {
-    pub fn new(api: Api<Lease>, name: &str, timings: Timings, gate: Arc<Gate>, queue: Arc<Queue<Key>>) -> Elector {
+    pub fn new(
+        api: Api<Lease>,
+        name: &str,
+        timings: Timings,
+        gate: Arc<Gate>,
+        queue: Arc<Queue<Key>>,
+        position: Position,
+    ) -> Elector {
         Elector {
             api,
             name: name.to_string(),
@@ -359,6 +586,7 @@ impl Elector {
             timings,
             gate,
             queue,
+            position,
             observer: Observer::default(),
             mark: None,
             standing_by: None,
@@ -373,16 +601,14 @@ impl Elector {
         &self.me
     }
 
-    /// The mark to write: what was taken in, once nothing is queued or in
-    /// flight. (On the one thread the informer applies a change and queues
-    /// its key in one step, so an empty queue means every change it applied
-    /// was synced, but for a key waiting out a retry's backoff: here only
-    /// the test seam makes a sync fail.) While keys wait, the last mark
-    /// stands: a mark may lag, never run ahead of the log.
+    /// The mark to write: how far the informer's watch stream has come (or
+    /// the syncs, if further), once the queue is idle (see [`next_mark`]).
+    /// While keys wait, the last mark stands: a mark may lag, never run
+    /// ahead of the log.
     fn progress(&mut self) -> Option<u64> {
-        if self.queue.is_empty() && self.queue.in_flight().is_empty() {
-            self.mark = self.mark.max(self.gate.taken());
-        }
+        let (position, gate, queue) = (&self.position, &self.gate, &self.queue);
+        let stream = || position.handled().and_then(|rv| rv.parse::<u64>().ok()).max(gate.taken());
+        self.mark = next_mark(self.mark, stream, || queue.is_idle());
         self.mark
     }
 
@@ -511,9 +737,11 @@ impl Elector {
         info!(identity = self.me, resumes_after = mark, released, kept = kept.len(), "became leader");
         // What we took in past the mark: after a release the leader had
         // stopped watching before it wrote the mark, so none of it was
-        // logged; after a crash any of it may have been.
-        for p in kept {
-            crate::worker::log(&p.key, &p.change, p.initial, p.reason, (!released).then_some(true));
+        // logged; after a crash any of it may have been. A delete a relist
+        // inferred may have been logged in either case, if the mark passed
+        // its lower end (`open`): the delete may lie below the mark.
+        for Resumed { line: p, open } in kept {
+            crate::worker::log(&p.key, &p.change, p.initial, p.reason, (!released || open).then_some(true));
         }
         true
     }
@@ -697,52 +925,227 @@ mod tests {
         Key { namespace: "ns".into(), name: name.into() }
     }
 
-    fn kept(lines: Vec<Pending>) -> Vec<Option<u64>> {
-        lines.into_iter().map(|p| p.version).collect()
+    fn kept(lines: Vec<Resumed>) -> Vec<Option<u64>> {
+        lines.into_iter().map(|r| r.line.version.own()).collect()
+    }
+
+    fn delete(rv: &str) -> Change {
+        Change::Delete(PodState { uid: "u".into(), resource_version: rv.into(), ..Default::default() })
+    }
+
+    /// A delete the relist at `listed` inferred (None: kube's JSON watcher),
+    /// one that started before our stream had come anywhere.
+    fn inferred(listed: Option<u64>) -> Seen {
+        Seen::Inferred(Relist { after: None, by: listed })
+    }
+
+    /// What a standby logs when it takes the lease from `mark`: each kept
+    /// line's pod resourceVersion, and whether it says `replayed=true`
+    /// after a lease that expired (`released` false) or was released.
+    fn takeover(gate: &Gate, mark: Option<u64>) -> Vec<(Option<u64>, bool)> {
+        let lines = gate.lead(mark, Instant::now() + Duration::from_secs(60));
+        lines.into_iter().map(|r| (r.line.version.own(), r.open)).collect()
+    }
+
+    #[test]
+    fn a_delete_a_relist_inferred_is_kept_until_the_mark_passes_the_list() {
+        // The pod was last changed at 10; the relist at 50 lacks it. The
+        // leader's mark 30 passed the pod's change, and says nothing of the
+        // delete, which lies anywhere in 11..=50.
+        let gate = Gate::standby();
+        gate.follow(Some(30));
+        assert_eq!(gate.admit(&key("gone"), &delete("10"), inferred(Some(50)), false, None), Verdict::Silent);
+        gate.follow(Some(49));
+        // Taken over at 49: logged, and `replayed=true` even after a
+        // release: the delete may lie below the mark, and then was logged.
+        assert_eq!(takeover(&gate, Some(49)), vec![(Some(10), true)]);
+
+        // Once the leader's stream passed the list, it logged the delete.
+        let gate = Gate::standby();
+        gate.admit(&key("gone"), &delete("10"), inferred(Some(50)), false, None);
+        gate.follow(Some(50));
+        assert_eq!(takeover(&gate, Some(50)), vec![]);
+        // The same line seen as it happened (a DELETED event at 10) goes
+        // with any mark from 10 on.
+        let gate = Gate::standby();
+        gate.follow(Some(30));
+        gate.admit(&key("gone"), &delete("10"), Seen::AsItHappened, false, None);
+        assert_eq!(takeover(&gate, Some(30)), vec![]);
+    }
+
+    #[test]
+    fn a_delete_inferred_past_the_mark_is_not_said_to_be_replayed() {
+        // The mark is short of the pod's last change: the delete came after
+        // it, so the leader cannot have logged it before its mark.
+        let gate = Gate::standby();
+        gate.follow(Some(5));
+        gate.admit(&key("gone"), &delete("10"), inferred(Some(50)), false, None);
+        assert_eq!(takeover(&gate, Some(5)), vec![(Some(10), false)]);
+    }
+
+    #[test]
+    fn a_delete_inferred_without_the_lists_version_is_never_dropped() {
+        // kube's JSON watcher does not say the list's resourceVersion: no
+        // mark can tell that the leader logged it.
+        let gate = Gate::standby();
+        gate.admit(&key("gone"), &delete("10"), inferred(None), false, None);
+        gate.follow(Some(u64::MAX - 1));
+        assert_eq!(takeover(&gate, Some(u64::MAX - 1)), vec![(Some(10), true)], "kept, and replayed");
+        // A leader that took over from a mark logs it, replayed.
+        assert_eq!(gate.admit(&key("b"), &delete("10"), inferred(None), false, None), Verdict::Replayed);
+        // Without a mark to doubt (no election), a plain line.
+        let alone = Gate::leading();
+        assert_eq!(alone.admit(&key("b"), &delete("10"), inferred(None), false, None), Verdict::Log);
+    }
+
+    #[test]
+    fn a_leader_judges_an_inferred_delete_by_the_list_not_the_pod() {
+        let gate = Gate::standby();
+        gate.lead(Some(30), Instant::now() + Duration::from_secs(60));
+        // The predecessor's mark 30 < the list's 50: it may or may not have
+        // logged the delete. Logged, saying so.
+        assert_eq!(gate.admit(&key("a"), &delete("10"), inferred(Some(50)), false, None), Verdict::Replayed);
+        // A mark past the list: the predecessor logged it.
+        assert_eq!(gate.admit(&key("a"), &delete("10"), inferred(Some(25)), false, None), Verdict::Silent);
+        // A pod last changed past the mark: the predecessor never saw it go.
+        assert_eq!(gate.admit(&key("a"), &delete("40"), inferred(Some(50)), false, None), Verdict::Log);
+        // What the pod's own version taken counts for the mark (JSON's).
+        assert_eq!(gate.taken(), Some(40));
+        // Our own stream had passed the predecessor's mark (35 > 30) when
+        // the relist started: the pod was still in our store then, so it
+        // went after 35, past anything the predecessor logged.
+        let relist = Seen::Inferred(Relist { after: Some(35), by: Some(50) });
+        assert_eq!(gate.admit(&key("a"), &delete("10"), relist, false, None), Verdict::Log);
+        // A list at or below what we knew (a lagging cache) bounds nothing:
+        // a mark past it says nothing of the delete.
+        let lagging = Seen::Inferred(Relist { after: Some(35), by: Some(35) });
+        let standby = Gate::standby();
+        standby.admit(&key("a"), &delete("10"), lagging, false, None);
+        standby.follow(Some(40));
+        assert_eq!(takeover(&standby, Some(40)), vec![(Some(35), true)], "kept, and replayed");
+    }
+
+    #[tokio::test]
+    async fn a_mark_never_passes_a_change_still_queued_or_in_flight() {
+        let queue: Arc<Queue<Key>> = Queue::new("mark-test");
+        let idle = || queue.is_idle();
+        // The informer queued the key of a change at 7, then moved its
+        // position to 7.
+        queue.add_all([key("a")]);
+        assert_eq!(next_mark(Some(5), || Some(7), idle), Some(5), "queued: not synced yet");
+        let a = queue.get().await.expect("a key");
+        assert_eq!(next_mark(Some(5), || Some(7), idle), Some(5), "in flight: its line may not be written yet");
+        // A newer change of a while a worker holds it: done() queues it again.
+        queue.add_all([key("a")]);
+        queue.done(&a);
+        assert_eq!(next_mark(Some(5), || Some(7), idle), Some(5), "a's newer change is not synced");
+        let a = queue.get().await.expect("a key");
+        // Its sync failed: it waits out a backoff, still not synced.
+        queue.add_rate_limited(a.clone());
+        queue.done(&a);
+        assert_eq!(next_mark(Some(5), || Some(7), idle), Some(5), "a retry is pending");
+        let a = queue.get().await.expect("a key, after its backoff");
+        queue.forget(&a);
+        queue.done(&a);
+        assert_eq!(next_mark(Some(5), || Some(7), idle), Some(7));
+        // The informer runs between the read of the position (7) and the
+        // idle check: it queues b's change at 9 and moves to 9. The mark
+        // read first says 7, which b's sync does not need.
+        let position = std::cell::Cell::new(7);
+        let informer_meanwhile = || {
+            queue.add_all([key("b")]);
+            position.set(9);
+            true // the check saw the queue before b came
+        };
+        assert_eq!(next_mark(Some(7), || Some(position.get()), informer_meanwhile), Some(7));
+        assert_eq!(position.get(), 9);
+        // A position that went back (a relist served lower) never lowers the mark.
+        assert_eq!(next_mark(Some(7), || Some(3), || true), Some(7));
     }
 
     #[test]
     fn a_standby_keeps_what_the_leader_has_not_logged_yet() {
         let gate = Gate::standby();
-        assert_eq!(gate.admit(&key("a"), &add("5"), false, None), Verdict::Silent, "a standby never logs");
-        assert_eq!(gate.admit(&key("b"), &add("7"), false, None), Verdict::Silent);
+        assert_eq!(
+            gate.admit(&key("a"), &add("5"), Seen::AsItHappened, false, None),
+            Verdict::Silent,
+            "a standby never logs"
+        );
+        assert_eq!(gate.admit(&key("b"), &add("7"), Seen::AsItHappened, false, None), Verdict::Silent);
         gate.follow(Some(5)); // the leader logged up to 5
         gate.follow(Some(4)); // an older mark changes nothing
-        assert_eq!(gate.admit(&key("c"), &add("3"), false, None), Verdict::Silent, "a late change the mark covers");
+        assert_eq!(
+            gate.admit(&key("c"), &add("3"), Seen::AsItHappened, false, None),
+            Verdict::Silent,
+            "a late change the mark covers"
+        );
         // A graceful handoff: the released lease's mark is exact.
         let until = Instant::now() + Duration::from_secs(60);
         assert_eq!(kept(gate.lead(Some(6), until)), vec![Some(7)]);
-        assert_eq!(gate.admit(&key("d"), &add("6"), false, None), Verdict::Silent, "the old leader's");
-        assert_eq!(gate.admit(&key("d"), &add("8"), false, None), Verdict::Log);
+        assert_eq!(
+            gate.admit(&key("d"), &add("6"), Seen::AsItHappened, false, None),
+            Verdict::Silent,
+            "the old leader's"
+        );
+        assert_eq!(gate.admit(&key("d"), &add("8"), Seen::AsItHappened, false, None), Verdict::Log);
+    }
+
+    /// Lines no mark covers are kept apart from the others, so following
+    /// the mark never walks them; a new leader still logs all of them in
+    /// the order taken, and the cap drops the oldest of either.
+    #[test]
+    fn a_standby_logs_what_it_kept_in_the_order_taken() {
+        let gate = Gate::standby();
+        gate.admit(&key("a"), &add("5"), Seen::AsItHappened, false, None);
+        gate.admit(&key("b"), &delete("6"), inferred(None), false, None);
+        gate.admit(&key("c"), &add("7"), Seen::AsItHappened, false, None);
+        gate.follow(Some(5));
+        assert_eq!(takeover(&gate, Some(5)), vec![(Some(6), false), (Some(7), false)]);
+
+        let gate = Gate::standby();
+        gate.admit(&key("b"), &delete("1"), inferred(None), false, None);
+        for rv in 2..PENDING_CAP as u64 + 2 {
+            gate.admit(&key("a"), &add(&rv.to_string()), Seen::AsItHappened, false, None);
+        }
+        let kept = kept(gate.lead(None, Instant::now() + Duration::from_secs(60)));
+        assert_eq!((kept.len(), kept[0]), (PENDING_CAP, Some(2)), "the oldest went");
     }
 
     #[test]
     fn a_version_that_is_not_a_number_is_never_covered() {
         let gate = Gate::standby();
-        gate.admit(&key("a"), &add("x"), false, None);
+        gate.admit(&key("a"), &add("x"), Seen::AsItHappened, false, None);
         gate.follow(Some(u64::MAX));
         assert_eq!(kept(gate.lead(Some(u64::MAX), Instant::now() + Duration::from_secs(60))), vec![None]);
-        assert_eq!(gate.admit(&key("a"), &add("y"), false, None), Verdict::Log);
+        assert_eq!(gate.admit(&key("a"), &add("y"), Seen::AsItHappened, false, None), Verdict::Log);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_leader_past_its_renew_deadline_writes_no_line() {
         let gate = Gate::standby();
         gate.lead(None, Instant::now() + Duration::from_secs(2));
-        assert_eq!(gate.admit(&key("a"), &add("1"), false, None), Verdict::Log);
+        assert_eq!(gate.admit(&key("a"), &add("1"), Seen::AsItHappened, false, None), Verdict::Log);
         tokio::time::advance(Duration::from_secs(1)).await;
         gate.renewed(Instant::now() + Duration::from_secs(2));
         tokio::time::advance(Duration::from_millis(1999)).await;
-        assert_eq!(gate.admit(&key("a"), &add("2"), false, None), Verdict::Log, "renewed in time");
+        assert_eq!(gate.admit(&key("a"), &add("2"), Seen::AsItHappened, false, None), Verdict::Log, "renewed in time");
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert_eq!(gate.admit(&key("a"), &add("3"), false, None), Verdict::Silent, "the deadline passed");
+        assert_eq!(
+            gate.admit(&key("a"), &add("3"), Seen::AsItHappened, false, None),
+            Verdict::Silent,
+            "the deadline passed"
+        );
     }
 
     #[test]
     fn without_election_every_change_is_logged() {
         let gate = Gate::leading();
-        assert_eq!(gate.admit(&key("a"), &add("1"), false, None), Verdict::Log);
+        assert_eq!(gate.admit(&key("a"), &add("1"), Seen::AsItHappened, false, None), Verdict::Log);
         gate.stop();
-        assert_eq!(gate.admit(&key("a"), &add("2"), false, None), Verdict::Silent, "a lost lease: no line");
+        assert_eq!(
+            gate.admit(&key("a"), &add("2"), Seen::AsItHappened, false, None),
+            Verdict::Silent,
+            "a lost lease: no line"
+        );
     }
 }

@@ -151,7 +151,8 @@ async fn start(args: &Args, side: &tokio::runtime::Handle) -> Result<Started, Ex
     let gate = leader::Gate::standby();
     let controller = Controller::with_gate(api, watch, settings, gate.clone());
     let timings = args.leader_timings().map_err(fatal)?; // checked at parse: cannot fail here
-    let elector = leader::Elector::new(leases, &args.leader_elect_resource_name, timings, gate, controller.queue());
+    let (name, queue, position) = (&args.leader_elect_resource_name, controller.queue(), controller.position());
+    let elector = leader::Elector::new(leases, name, timings, gate, queue, position);
     info!(
         identity = elector.identity(),
         lease = format!("{}/{}", args.lease_namespace(), args.leader_elect_resource_name),

@@ -350,6 +350,17 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
         self.lock().queue.is_empty()
     }
 
+    /// Every key added so far has been synced: none needs a worker (`dirty`,
+    /// which holds every queued key and every key added again while a
+    /// worker held it), none is held by one, none waits out a retry's
+    /// backoff. Read under one lock: two reads (the queue, then the keys in
+    /// flight) could see a key between them in neither, as `done` moves it
+    /// from one to the other.
+    pub fn is_idle(&self) -> bool {
+        let state = self.lock();
+        state.dirty.is_empty() && state.processing.is_empty() && state.waiting.is_empty()
+    }
+
     /// The keys workers hold right now, and for how long: for the liveness
     /// probe (a stuck worker) and the unfinished-work metrics. The lock is
     /// held only to copy at most one entry per worker (64 at most); the
@@ -431,6 +442,31 @@ mod tests {
                 tokio::spawn(async move { q.get().await })
             })
             .collect()
+    }
+
+    /// A key added again while a worker holds it (its newer change not
+    /// synced) or waiting out a retry's backoff is work still to do: the
+    /// queue is idle only once every change added was synced.
+    #[tokio::test(start_paused = true)]
+    async fn the_queue_is_idle_only_once_every_key_added_was_synced() {
+        let q = Queue::new("test");
+        assert!(q.is_idle());
+        q.add("k");
+        assert!(!q.is_idle(), "queued");
+        let k = q.get().await.unwrap();
+        assert!(!q.is_idle(), "held by a worker");
+        q.add("k"); // a newer change while the worker holds k
+        assert!(!q.is_idle(), "held, and dirty again");
+        q.done(&k); // queued again for the newer change
+        assert!(!q.is_idle(), "the newer change is not synced");
+        let k = q.get().await.unwrap();
+        q.add_rate_limited(k); // its sync failed: back after a backoff
+        q.done(&k);
+        assert!(!q.is_idle(), "waiting out its backoff");
+        let k = timeout(Duration::from_secs(10), q.get()).await.unwrap().unwrap();
+        q.forget(&k);
+        q.done(&k);
+        assert!(q.is_idle(), "synced");
     }
 
     #[tokio::test]

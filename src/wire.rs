@@ -30,6 +30,10 @@ use kube_pod_protobuf::watch::{self as protobuf, Refusal};
 use crate::pod::{self, Condition, Conditions, ContainerStatus, Pod, State, Terminated, Truth, Waiting};
 use crate::text::{Text, WORD_CHARS, Word, cleaned};
 
+/// How far the protobuf watch came (see [`events`]): the informer keeps one,
+/// the leader reads it.
+pub use kube_pod_protobuf::watch::Position;
+
 /// Which format to read pods in (`--wire`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Wire {
@@ -51,18 +55,20 @@ impl std::fmt::Display for Wire {
 
 /// The events of a watch of `api`'s pods over `wire`: kube's watcher for
 /// JSON, the crate's for protobuf, asked for as `accept` (None: the real
-/// media type; only the test seam sets another).
+/// media type; only the test seam sets another). The crate's watcher writes
+/// how far it came in `position` (kube's keeps that to itself).
 pub fn events(
     wire: Wire,
     accept: Option<&str>,
     api: kube::Api<Pod>,
     config: watcher::Config,
+    position: &Position,
 ) -> BoxStream<'static, watcher::Result<Event<Pod>>> {
     match wire {
         Wire::Json => watcher::watcher(api, config).boxed(),
         Wire::Protobuf => {
             let namespace = api.namespace().map(str::to_string);
-            let mut options = protobuf::Options::default().on_interrupted(on_interrupted);
+            let mut options = protobuf::Options::default().on_interrupted(on_interrupted).position(position.clone());
             if let Some(accept) = accept.and_then(|a| http::HeaderValue::from_str(a).ok()) {
                 options = options.accept(accept);
             }

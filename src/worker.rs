@@ -183,10 +183,13 @@ impl Worker {
                 _ => None,
             };
             let initial = matches!(&change, Change::Add(p) if snapshot.initial.contains(&p.uid));
-            // With --leader-elect, the gate says whose line it is (leader.rs).
+            // With --leader-elect, the gate says whose line it is (leader.rs),
+            // by when the change happened: a delete a relist inferred is not
+            // at its pod's resourceVersion, but somewhere after it.
+            let seen = snapshot.seen(&change);
             let verdict = match initial && self.skip_existing {
                 true => Verdict::Silent,
-                false => self.gate.admit(key, &change, initial, reason),
+                false => self.gate.admit(key, &change, seen, initial, reason),
             };
             let shown = verdict != Verdict::Silent;
             if shown {
@@ -331,6 +334,7 @@ pub(crate) fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::informer::Relist;
     use crate::informer::tests::pod;
     use kube::runtime::watcher::Event;
 
@@ -402,11 +406,11 @@ mod tests {
     }
 
     fn synced(cache: &Cache, pods: Vec<Pod>) {
-        cache.apply(Event::Init);
+        cache.apply(Event::Init, Relist::default());
         for p in pods {
-            cache.apply(Event::InitApply(p));
+            cache.apply(Event::InitApply(p), Relist::default());
         }
-        cache.apply(Event::InitDone);
+        cache.apply(Event::InitDone, Relist::default());
     }
 
     fn kinds(lines: &[Line]) -> Vec<(&'static str, String)> {
@@ -428,13 +432,13 @@ mod tests {
         assert_eq!(kinds(&worker.sync(&key("p")).await), vec![("onAdd", "u1".into())]);
         let mut labelled = pod("ns", "p", "u1", "2");
         labelled.metadata.labels = Some([("tier".to_string(), "web".to_string())].into());
-        cache.apply(Event::Apply(labelled));
+        cache.apply(Event::Apply(labelled), Relist::default());
         let changes = worker.sync(&key("p")).await;
         assert_eq!(kinds(&changes), vec![("onUpdate", "u1".into())]);
         assert!(matches!(&changes[0].change, Change::Update { old, new } if old.diff(new).text() == "label +tier=web"));
         // A resync re-enqueues the key with nothing new: no line.
         assert!(worker.sync(&key("p")).await.is_empty());
-        cache.apply(Event::Delete(pod("ns", "p", "u1", "3")));
+        cache.apply(Event::Delete(pod("ns", "p", "u1", "3")), Relist::default());
         assert_eq!(kinds(&worker.sync(&key("p")).await), vec![("onDelete", "u1".into())]);
         assert!(worker.sync(&key("p")).await.is_empty(), "a delete is logged once");
     }
@@ -444,8 +448,8 @@ mod tests {
         let cache = Cache::new();
         let worker = Worker::new(cache.clone(), false, None);
         synced(&cache, vec![]);
-        cache.apply(Event::Apply(pod("ns", "short", "u9", "5")));
-        cache.apply(Event::Delete(pod("ns", "short", "u9", "6")));
+        cache.apply(Event::Apply(pod("ns", "short", "u9", "5")), Relist::default());
+        cache.apply(Event::Delete(pod("ns", "short", "u9", "6")), Relist::default());
         assert_eq!(kinds(&worker.sync(&key("short")).await), vec![("onAdd", "u9".into()), ("onDelete", "u9".into())]);
     }
 
@@ -471,7 +475,7 @@ mod tests {
         // The change is computed (and remembered) even though it is not logged...
         assert_eq!(kinds(&worker.sync(&key("p")).await), vec![("onAdd", "u1".into())]);
         // ... so a later update is an update, not an add.
-        cache.apply(Event::Apply(pod("ns", "p", "u1", "2")));
+        cache.apply(Event::Apply(pod("ns", "p", "u1", "2")), Relist::default());
         assert_eq!(kinds(&worker.sync(&key("p")).await), vec![("onUpdate", "u1".into())]);
     }
     #[tokio::test]
@@ -479,9 +483,9 @@ mod tests {
         let cache = Cache::new();
         let worker = Worker::new(cache.clone(), true, None);
         synced(&cache, vec![pod("ns", "gone", "u1", "1"), pod("ns", "swapped", "u2", "1")]);
-        cache.apply(Event::Delete(pod("ns", "gone", "u1", "2")));
-        cache.apply(Event::Delete(pod("ns", "swapped", "u2", "2")));
-        cache.apply(Event::Apply(pod("ns", "swapped", "u3", "3")));
+        cache.apply(Event::Delete(pod("ns", "gone", "u1", "2")), Relist::default());
+        cache.apply(Event::Delete(pod("ns", "swapped", "u2", "2")), Relist::default());
+        cache.apply(Event::Apply(pod("ns", "swapped", "u3", "3")), Relist::default());
         let gone = worker.sync(&key("gone")).await;
         assert_eq!(kinds(&gone), vec![("onAdd", "u1".into()), ("onDelete", "u1".into())]);
         assert!(gone[0].initial && !gone[0].shown, "--skip-existing leaves out the initial onAdd");

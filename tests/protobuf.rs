@@ -1,7 +1,9 @@
 //! Pods read in protobuf from the real API server: the same pods as JSON and
 //! as protobuf give the same cached `Pod`; a real watch stream is
-//! length-prefixed frames that k8s-pb and our decoder read alike; and a server
-//! that refuses protobuf is read as JSON, with one line saying so.
+//! length-prefixed frames that k8s-pb and our decoder read alike; the
+//! watcher's position moves past an event only once the next is asked for
+//! (what the leader's mark relies on); and a server that refuses protobuf is
+//! read as JSON, with one line saying so.
 //!
 //! The rest of the end-to-end suite runs on protobuf (the default wire), and
 //! `make test` runs the watch and fault tests again with
@@ -165,6 +167,47 @@ async fn a_real_watch_is_length_prefixed_protobuf_frames() {
         WatchEvent::Added(pod) => assert_eq!(pod.metadata.name.as_deref(), Some("p")),
         other => panic!("{other:?}"),
     }
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test]
+async fn the_watchers_position_moves_past_an_event_once_the_next_is_asked_for_or_it_is_consumed() {
+    use futures::FutureExt;
+    use kube::runtime::watcher::{Config, Event};
+    let c = cluster().await;
+    let ns = namespace(&c.client, "pb-position").await;
+    create(&c.client, &ns, "before", &[]).await;
+    let position = protobuf::watch::Position::default();
+    let options = protobuf::watch::Options::default().position(position.clone());
+    let mut events = protobuf::watch::watcher::<Pod>(c.client.clone(), Some(&ns), Config::default(), options).boxed();
+    let number = |rv: Option<String>| rv.and_then(|rv| rv.parse::<u64>().ok());
+    loop {
+        match tokio::time::timeout(T, events.next()).await.expect("an event in time").expect("the stream goes on") {
+            Ok(Event::InitDone) => break,
+            Ok(_) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // The list's InitDone is handed out: its resourceVersion is known, but
+    // nothing counts as handled until the consumer asks for more.
+    let listed = number(position.listed()).expect("the list's resourceVersion");
+    assert_eq!(position.handled(), None);
+    let later = create(&c.client, &ns, "later", &[]).await;
+    let later = number(later.metadata.resource_version).expect("a resourceVersion");
+    match tokio::time::timeout(T, events.next()).await.expect("an event in time").expect("the stream goes on") {
+        Ok(Event::Apply(pod)) => assert_eq!(pod.metadata.name.as_deref(), Some("later")),
+        other => panic!("{other:?}"),
+    }
+    // Asked for more: the list is handled; `later`, handed out, is not yet.
+    let handled = number(position.handled()).expect("a position");
+    assert!(listed <= handled && handled < later, "{listed} <= {handled} < {later}");
+    // The consumer says it is done with `later`, without asking for more
+    // (as a program does before it stops): now `later` is handled.
+    position.consumed();
+    assert!(number(position.handled()).expect("a position") >= later);
+    // Asked for more (nothing else comes): it stays handled.
+    let _ = events.next().now_or_never();
+    assert!(number(position.handled()).expect("a position") >= later);
 }
 
 #[ignore = "needs the local control plane: run `make test`"]

@@ -15,6 +15,11 @@
 //! resourceVersion on; the stream's end resumes from it; 410 Gone: Empty again.
 //! ```
 //!
+//! One thing more than kube's: the resourceVersion it is at, which kube's
+//! watcher keeps to itself, is written to a [`Position`] the program can
+//! read (bookmarks included: they are asked for unless the config disables
+//! them, `allowWatchBookmarks=true`, as in kube).
+//!
 //! Errors take the same shape as kube's (`InitialListFailed`, `WatchStartFailed`,
 //! `WatchError` for an ERROR event), so a program's backoff, relist and
 //! messages apply unchanged. Where the two wires could differ, they do not:
@@ -43,7 +48,7 @@
 //!   be trusted, so its next step lists again ([`refused`] tells these apart).
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -74,6 +79,7 @@ const IDLE_MARGIN: Duration = Duration::from_secs(5);
 pub struct Options {
     accept: HeaderValue,
     on_interrupted: Hook,
+    position: Position,
 }
 
 /// The [`Options::on_interrupted`] hook, shared by the watcher's clones.
@@ -81,13 +87,20 @@ type Hook = Arc<dyn Fn(&kube::Error, Then) + Send + Sync>;
 
 impl Default for Options {
     fn default() -> Options {
-        Options { accept: HeaderValue::from_static(PROTOBUF), on_interrupted: Arc::new(log_interrupted) }
+        Options {
+            accept: HeaderValue::from_static(PROTOBUF),
+            on_interrupted: Arc::new(log_interrupted),
+            position: Position::default(),
+        }
     }
 }
 
 impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Options").field("accept", &self.accept).finish_non_exhaustive()
+        f.debug_struct("Options")
+            .field("accept", &self.accept)
+            .field("position", &self.position)
+            .finish_non_exhaustive()
     }
 }
 
@@ -115,6 +128,18 @@ impl Options {
         self.accept = accept;
         self
     }
+
+    /// Where the watcher writes how far the stream has come (see
+    /// [`Position`]); a fresh one by default. Keep a clone to read it. Give
+    /// the same one to a watcher built again after the last was dropped,
+    /// and its readings carry on from the last one's. One watcher at a
+    /// time: clones of these `Options` share it, and two watchers writing
+    /// to one `Position` would mix their readings.
+    #[must_use]
+    pub fn position(mut self, position: Position) -> Options {
+        self.position = position;
+        self
+    }
 }
 
 /// What the watcher does after a watch connection broke or went idle.
@@ -126,6 +151,101 @@ pub enum Then {
     /// The watch was still sending a streaming list's initial events: the
     /// list is incomplete, so the watcher lists again from the start.
     Relist,
+}
+
+/// How far the watch stream has come, in resourceVersions: what kube's
+/// watcher keeps to itself. A program that must say "every change up to here
+/// is handled" (a leader's progress, for one) reads it here.
+///
+/// Two readings, written by the watcher as it goes:
+///
+/// - [`Position::handled`]: the resourceVersion up to which the stream has
+///   been handed out *and the consumer came back for more*: the last event's,
+///   a bookmark's, or a list's once its `InitDone` was taken. It is written
+///   when the stream is polled for the next event, never when an event is
+///   handed out: a consumer that handles each event before it asks for the
+///   next (the usual `while let Some(e) = stream.next().await { handle(e) }`)
+///   has handled every change at or below it. A consumer that may stop
+///   without asking again (a shutdown) says it is done with the last item
+///   with [`Position::consumed`]. A relist in progress leaves it where it was
+///   (its pods are not handled until its `InitDone`); after a relist it
+///   stands for the state at the list's resourceVersion, not for every
+///   change below it. It can go down: after a list of any freshness
+///   (a streaming list, or the first LIST with `ListSemantic::Any`), which
+///   the API server's watch cache may serve older than a bookmark seen
+///   before.
+/// - [`Position::listed`]: the resourceVersion of the last list whose
+///   `InitDone` was handed out (the LIST's, or a streaming list's end
+///   bookmark's), written before that `InitDone` is: a pod the list lacks
+///   was deleted (or left the selector) no later than it.
+#[derive(Clone, Debug, Default)]
+pub struct Position(Arc<Mutex<Marks>>);
+
+#[derive(Debug, Default)]
+struct Marks {
+    handled: Option<String>,
+    listed: Option<String>,
+    /// What `handled` becomes once the consumer is done with the item last
+    /// handed out (None: it moves nothing, e.g. a pod of a list).
+    out: Option<String>,
+}
+
+impl Position {
+    /// Every change at or below this resourceVersion was handed out, and the
+    /// consumer has asked for more since (or said it is done with the last
+    /// item: [`Position::consumed`]). None before the first list is done.
+    pub fn handled(&self) -> Option<String> {
+        self.lock().handled.clone()
+    }
+
+    /// The resourceVersion of the last list completed (see [`Position`]).
+    pub fn listed(&self) -> Option<String> {
+        self.lock().listed.clone()
+    }
+
+    /// The consumer is done with the item it was handed last: `handled`
+    /// moves past it now, as it would when the stream is next polled. For
+    /// a consumer that may stop without polling again (a shutdown), so the
+    /// position covers every item it handled.
+    pub fn consumed(&self) {
+        let mut marks = self.lock();
+        if let Some(out) = marks.out.take() {
+            marks.handled = Some(out);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Marks> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The stream is polled again in `state`: what was handed out before is
+    /// handled. Only a watch has a position; a list's pods are not handled
+    /// until its `InitDone` (after which the state is `InitListed`).
+    fn poll_in(&self, state: &State) {
+        let mut marks = self.lock();
+        marks.out = None;
+        if let State::InitListed { resource_version } | State::Watching { resource_version, .. } = state {
+            marks.handled = Some(resource_version.clone());
+        }
+    }
+
+    /// An item is handed out, the watcher now in `state`: where `handled`
+    /// goes once the consumer is done with it ([`Position::consumed`]).
+    fn handed_out(&self, state: &State) {
+        self.lock().out = match state {
+            State::InitListed { resource_version } | State::Watching { resource_version, .. } => {
+                Some(resource_version.clone())
+            }
+            _ => None,
+        };
+    }
+
+    /// A list's `InitDone` is about to be handed out, the watcher now in `state`.
+    fn list_done(&self, state: &State) {
+        if let State::InitListed { resource_version } | State::Watching { resource_version, .. } = state {
+            self.lock().listed = Some(resource_version.clone());
+        }
+    }
 }
 
 /// The default [`Options::on_interrupted`]: a warning, so that an outage that
@@ -255,14 +375,22 @@ pub fn watcher<K: From<PodMsg> + Send + 'static>(
     options: Options,
 ) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static {
     let path = k8s_openapi::api::core::v1::Pod::url_path(&(), namespace);
+    let position = options.position;
     let api = Requests { client, path, accept: options.accept, on_interrupted: options.on_interrupted };
-    let start = (api, config, State::Empty, Lists::default());
-    futures::stream::unfold(start, |(api, config, mut state, mut lists)| async move {
+    let start = (api, config, State::Empty, Lists::default(), position);
+    futures::stream::unfold(start, |(api, config, mut state, mut lists, position)| async move {
         loop {
+            // Polled again: the consumer is done with what it was handed
+            // (and a bookmark, read inside this loop, hands out nothing).
+            position.poll_in(&state);
             let (item, next) = step(&api, &config, state, &mut lists).await;
             state = next;
             if let Some(item) = item {
-                return Some((item, (api, config, state, lists)));
+                if matches!(item, Ok(Event::InitDone)) {
+                    position.list_done(&state);
+                }
+                position.handed_out(&state);
+                return Some((item, (api, config, state, lists, position)));
             }
         }
     })
@@ -823,6 +951,41 @@ mod tests {
         assert!(matches!(events.next().await, Some(Ok(Event::Init))), "the list starts over");
         let idle = "Error reading events stream: nothing arrived on the watch for 6 s, its timeout plus 5 s";
         assert_eq!(heard.lock().unwrap().clone(), [(idle.to_string(), Then::Relist)]);
+    }
+
+    #[test]
+    fn the_position_moves_with_the_watch_never_with_a_list_in_progress() {
+        let position = Position::default();
+        let watching =
+            |rv: &str| State::Watching { resource_version: rv.into(), stream: futures::stream::empty().boxed() };
+        position.poll_in(&State::Empty);
+        assert_eq!((position.handled(), position.listed()), (None, None), "nothing listed yet");
+        // A list's InitDone: listed at once, handled once the consumer asks for more.
+        let listed = State::InitListed { resource_version: "10".into() };
+        position.list_done(&listed);
+        assert_eq!((position.handled(), position.listed()), (None, Some("10".into())));
+        position.poll_in(&listed);
+        assert_eq!(position.handled().as_deref(), Some("10"));
+        position.poll_in(&watching("12")); // an event at 12 (or a bookmark) was handled
+        assert_eq!(position.handled().as_deref(), Some("12"));
+        // An event at 13 handed out, and the consumer says it is done with it.
+        position.handed_out(&watching("13"));
+        assert_eq!(position.handled().as_deref(), Some("12"), "handed out, not yet consumed");
+        position.consumed();
+        assert_eq!(position.handled().as_deref(), Some("13"));
+        position.poll_in(&watching("13"));
+        // A relist: its pages move nothing until its InitDone.
+        position.poll_in(&State::Empty);
+        let page =
+            State::InitPage { continue_token: None, objects: VecDeque::new(), resource_version: Some("20".into()) };
+        position.poll_in(&page);
+        position.handed_out(&page); // a pod of the list, consumed: no position yet
+        position.consumed();
+        assert_eq!((position.handled(), position.listed()), (Some("13".into()), Some("10".into())));
+        position.list_done(&watching("21")); // a streaming list's end bookmark
+        assert_eq!(position.listed().as_deref(), Some("21"));
+        // A clone reads the same handle: what a program keeps.
+        assert_eq!(position.clone().handled().as_deref(), Some("13"));
     }
 
     #[test]
