@@ -225,7 +225,7 @@ mod tests {
         }
         // Nothing was taken by the failures: the cache still holds the tombstone.
         assert_eq!(cache.held().0, 1);
-        use crate::worker::Change::{Add, Delete};
+        use crate::line::Change::{Add, Delete};
         let lines = worker.sync(&key("p")).await;
         let changes: Vec<_> = lines.into_iter().map(|l| l.change).collect();
         assert!(

@@ -24,9 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::key::Key;
-use crate::leader::Seen;
 use crate::queue::Queue;
-use crate::worker::Change;
 use crate::{metrics, probes};
 
 /// How long the API server keeps one watch request open (`timeoutSeconds`).
@@ -110,28 +108,6 @@ pub struct Snapshot {
     pub tombstones: Vec<Tombstone>,
     /// Which of the pods above (current or tombstones) came in the first list.
     pub initial: HashSet<String>,
-}
-
-impl Snapshot {
-    /// When `change` happened, for the leader election's gate: at its pod's
-    /// resourceVersion, but for a delete no DELETED event told. One a relist
-    /// found lies within that relist's bounds; one with no tombstone at all
-    /// (`decide` deletes a pod it remembers when the cache no longer has it,
-    /// after a key was given up on) is known only to come after the pod's
-    /// last change.
-    pub fn seen(&self, change: &Change) -> Seen {
-        let Change::Delete(p) = change else { return Seen::AsItHappened };
-        let of_it = |t: &&Tombstone| {
-            t.pod.metadata.uid.as_deref() == Some(p.uid.as_str())
-                && t.pod.metadata.resource_version.as_deref() == Some(p.resource_version.as_str())
-        };
-        let mut stones = self.tombstones.iter().filter(of_it);
-        match stones.clone().find(|t| t.from_event).or_else(|| stones.next()) {
-            Some(t) if t.from_event => Seen::AsItHappened,
-            Some(t) => Seen::Inferred(t.relist),
-            None => Seen::Inferred(Relist::default()),
-        }
-    }
 }
 
 impl Cache {
@@ -809,39 +785,6 @@ pub(crate) mod tests {
         assert_eq!(recreated.tombstones[0].pod.uid().as_deref(), Some("u3"));
         assert!(cache.take(&key("a", "kept")).tombstones.is_empty());
         assert!(!recreated.initial.contains("u4"), "a pod from a later relist is not from the initial list");
-    }
-
-    /// The gate's question, when did a change happen, answered from the
-    /// tombstones: a DELETED event's delete is at its own resourceVersion; a
-    /// relist's, within that relist's bounds; a delete with no tombstone
-    /// (the worker remembers a pod the cache no longer has) is known only
-    /// to come after the pod's last change.
-    #[test]
-    fn a_delete_is_at_its_version_only_when_an_event_told_it() {
-        use crate::pod::PodState;
-        use crate::worker::Change;
-        let cache = Cache::new();
-        cache.apply(Event::Init, Relist::default());
-        cache.apply(Event::InitApply(pod("a", "listed", "u1", "1")), Relist::default());
-        cache.apply(Event::InitDone, Relist::default());
-        cache.apply(Event::Apply(pod("a", "watched", "u2", "2")), Relist::default());
-        cache.apply(Event::Delete(pod("a", "watched", "u2", "3")), Relist::default());
-        cache.apply(Event::Init, Relist::default());
-        let relist = Relist { after: Some(3), by: Some(7) };
-        cache.apply(Event::InitDone, relist);
-        let delete = |name: &str, uid: &str, rv: &str| {
-            let snapshot = cache.take(&key("a", name));
-            let p = PodState::of(&Arc::new(pod("a", name, uid, rv)));
-            snapshot.seen(&Change::Delete(p))
-        };
-        assert_eq!(delete("watched", "u2", "3"), Seen::AsItHappened);
-        assert_eq!(delete("listed", "u1", "1"), Seen::Inferred(relist));
-        assert_eq!(delete("forgotten", "u9", "5"), Seen::Inferred(Relist::default()));
-        let snapshot = cache.take(&key("a", "new"));
-        assert_eq!(
-            snapshot.seen(&Change::Add(PodState::of(&Arc::new(pod("a", "new", "u3", "8"))))),
-            Seen::AsItHappened
-        );
     }
 
     #[test]

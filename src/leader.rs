@@ -71,8 +71,8 @@ use crate::wire::Position;
 
 use crate::informer::Relist;
 use crate::key::Key;
+use crate::line::Change;
 use crate::queue::Queue;
-use crate::worker::Change;
 
 /// The annotation on the Lease that carries the leader's progress: every pod
 /// change up to this resourceVersion has been logged (or was in the first
@@ -741,7 +741,7 @@ impl Elector {
         // inferred may have been logged in either case, if the mark passed
         // its lower end (`open`): the delete may lie below the mark.
         for Resumed { line: p, open } in kept {
-            crate::worker::log(&p.key, &p.change, p.initial, p.reason, (!released || open).then_some(true));
+            crate::line::log(&p.key, &p.change, p.initial, p.reason, (!released || open).then_some(true));
         }
         true
     }

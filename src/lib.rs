@@ -10,6 +10,7 @@
 //! informer    watch -> cache (Store) -> `namespace/name` keys
 //! queue       the de-duplicating, rate-limited work queue
 //! worker      the sync handler: cache vs last synced -> onAdd/onUpdate/onDelete
+//! line        the line itself: the change, and how it is written
 //! ```
 //!
 //! Around that core, one concept each: pod (what of a pod we keep and show),
@@ -30,6 +31,7 @@ pub mod faults;
 pub mod informer;
 pub mod key;
 pub mod leader;
+pub mod line;
 pub mod logging;
 pub mod metrics;
 pub mod pod;

@@ -11,21 +11,15 @@ use std::sync::{Arc, Mutex};
 
 use kube::api::{ListParams, VersionMatch};
 use kube::{Api, ResourceExt};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
-use crate::informer::Cache;
+use crate::informer::{Cache, Relist, Snapshot, Tombstone};
 use crate::key::Key;
-use crate::leader::Verdict;
+use crate::leader::{Seen, Verdict};
+pub use crate::line::Change;
+use crate::line::log;
 use crate::pod::{Pod, PodState};
-use crate::text::{NAME_CHARS, cleaned};
-
-/// One line of output, before it is logged.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Change {
-    Add(PodState),
-    Update { old: PodState, new: PodState },
-    Delete(PodState),
-}
+use crate::text::cleaned;
 
 // ANCHOR: decide
 /// The decision, as a pure function: given what we last synced for a key, the
@@ -67,6 +61,27 @@ pub fn decide(last: Option<&PodState>, tombstones: &[PodState], current: Option<
     changes
 }
 // ANCHOR_END: decide
+
+/// When `change` happened, for the leader election's gate: at its pod's
+/// resourceVersion, but for a delete no DELETED event told. One a relist
+/// found lies within that relist's bounds; one with no tombstone at all
+/// (`decide` deletes a pod it remembers when the cache no longer has it,
+/// after a key was given up on) is known only to come after the pod's last
+/// change. (Here, not on the cache: it is the sync's question, asked of what
+/// it took.)
+fn seen(snapshot: &Snapshot, change: &Change) -> Seen {
+    let Change::Delete(p) = change else { return Seen::AsItHappened };
+    let of_it = |t: &&Tombstone| {
+        t.pod.metadata.uid.as_deref() == Some(p.uid.as_str())
+            && t.pod.metadata.resource_version.as_deref() == Some(p.resource_version.as_str())
+    };
+    let mut stones = snapshot.tombstones.iter().filter(of_it);
+    match stones.clone().find(|t| t.from_event).or_else(|| stones.next()) {
+        Some(t) if t.from_event => Seen::AsItHappened,
+        Some(t) => Seen::Inferred(t.relist),
+        None => Seen::Inferred(Relist::default()),
+    }
+}
 
 /// One change as the sync logged it.
 #[derive(Clone, Debug, PartialEq)]
@@ -186,7 +201,7 @@ impl Worker {
             // With --leader-elect, the gate says whose line it is (leader.rs),
             // by when the change happened: a delete a relist inferred is not
             // at its pod's resourceVersion, but somewhere after it.
-            let seen = snapshot.seen(&change);
+            let seen = seen(&snapshot, &change);
             let verdict = match initial && self.skip_existing {
                 true => Verdict::Silent,
                 false => self.gate.admit(key, &change, seen, initial, reason),
@@ -277,60 +292,6 @@ impl LeftSelector {
     }
 }
 
-/// The classic line, `onAdd: default/kuard`, with structured fields.
-///
-/// With `--selector`, `onDelete` means "left the set of pods we watch": the
-/// pod was deleted, or its labels stopped matching. The server sends DELETED
-/// for both; when the pod still exists (the sync asks, see `sync`), the line
-/// says `reason="no longer matches the selector"`, and its return is an
-/// `onAdd` with `reason="now matches the selector"`. A pod that left the
-/// selector while the watch was down is found missing by the relist, which
-/// cannot tell why: a plain `onDelete`.
-///
-/// `onUpdate` says what changed in `changes`, in words (describe.rs), and
-/// repeats the facts a log pipeline counts by as fields of their own, present
-/// only when the change names them: `reasons` (`OOMKilled`, `CrashLoopBackOff
-/// ImagePullBackOff`...) and `exit_code`.
-pub(crate) fn log(key: &Key, change: &Change, initial: bool, reason: Option<&str>, replayed: Option<bool>) {
-    // As the key prints them: cleaned (text.rs).
-    let (ns, name) = (cleaned(&key.namespace, NAME_CHARS), cleaned(&key.name, NAME_CHARS));
-    let (ns, name) = (ns.as_ref(), name.as_ref());
-    crate::metrics::event_logged(match change {
-        Change::Add(_) => "onAdd",
-        Change::Update { .. } => "onUpdate",
-        Change::Delete(_) => "onDelete",
-    });
-    match (change, reason) {
-        (Change::Add(p), _) if initial => {
-            info!(namespace = ns, name, uid = p.uid, phase = p.phase, replayed, initial_list = true, "onAdd: {key}")
-        }
-        (Change::Add(p), Some(reason)) => {
-            info!(namespace = ns, name, uid = p.uid, phase = p.phase, replayed, reason, "onAdd: {key}")
-        }
-        (Change::Add(p), None) => info!(namespace = ns, name, uid = p.uid, phase = p.phase, replayed, "onAdd: {key}"),
-        (Change::Update { old, new }, _) => {
-            let diff = old.diff(new);
-            info!(
-                namespace = ns,
-                name,
-                uid = new.uid,
-                phase = new.phase,
-                replayed,
-                changes = diff.text(),
-                reasons = diff.reasons().as_deref(),
-                exit_code = diff.exit_code,
-                "onUpdate: {key}"
-            )
-        }
-        (Change::Delete(p), Some(reason)) => {
-            info!(namespace = ns, name, uid = p.uid, phase = p.phase, replayed, reason, "onDelete: {key}")
-        }
-        (Change::Delete(p), None) => {
-            info!(namespace = ns, name, uid = p.uid, phase = p.phase, replayed, "onDelete: {key}")
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,6 +301,39 @@ mod tests {
 
     fn state(uid: &str, rv: &str) -> PodState {
         PodState { uid: uid.into(), resource_version: rv.into(), phase: "Pending".into(), ..Default::default() }
+    }
+
+    /// The gate's question, when did a change happen, answered from the
+    /// tombstones: a DELETED event's delete is at its own resourceVersion; a
+    /// relist's, within that relist's bounds; a delete with no tombstone
+    /// (the worker remembers a pod the cache no longer has) is known only
+    /// to come after the pod's last change.
+    #[test]
+    fn a_delete_is_at_its_version_only_when_an_event_told_it() {
+        use crate::pod::PodState;
+        let cache = Cache::new();
+        let key = |ns: &str, name: &str| Key { namespace: ns.into(), name: name.into() };
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitApply(pod("a", "listed", "u1", "1")), Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
+        cache.apply(Event::Apply(pod("a", "watched", "u2", "2")), Relist::default());
+        cache.apply(Event::Delete(pod("a", "watched", "u2", "3")), Relist::default());
+        cache.apply(Event::Init, Relist::default());
+        let relist = Relist { after: Some(3), by: Some(7) };
+        cache.apply(Event::InitDone, relist);
+        let delete = |name: &str, uid: &str, rv: &str| {
+            let snapshot = cache.take(&key("a", name));
+            let p = PodState::of(&Arc::new(pod("a", name, uid, rv)));
+            seen(&snapshot, &Change::Delete(p))
+        };
+        assert_eq!(delete("watched", "u2", "3"), Seen::AsItHappened);
+        assert_eq!(delete("listed", "u1", "1"), Seen::Inferred(relist));
+        assert_eq!(delete("forgotten", "u9", "5"), Seen::Inferred(Relist::default()));
+        let snapshot = cache.take(&key("a", "new"));
+        assert_eq!(
+            seen(&snapshot, &Change::Add(PodState::of(&Arc::new(pod("a", "new", "u3", "8"))))),
+            Seen::AsItHappened
+        );
     }
 
     #[test]
