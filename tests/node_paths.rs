@@ -116,6 +116,8 @@ const DIR_SCRIPTS: &[(&str, &str)] = &[
     ("cluster/node/up.sh", "node/up.sh"),
     ("cluster/node/down.sh", "node/down.sh"),
     ("cluster/node/exec.sh", "node/exec.sh"),
+    ("cluster/demo.sh", "demo.sh"),
+    ("cluster/node/demo.sh", "node/demo.sh"),
 ];
 
 fn run_on_dir(name: &str, dir: &Path) -> Output {
@@ -123,7 +125,11 @@ fn run_on_dir(name: &str, dir: &Path) -> Output {
     if name.ends_with("exec.sh") {
         args.extend(["--", "true"]);
     }
-    script(name, &args, &[])
+    // The demo runs on a local current context when there is one: with no
+    // kubeconfig it comes to its --dir.
+    let env: &[(&str, &str)] =
+        if name.ends_with("demo.sh") { &[("KUBECONFIG", "/nonexistent/kubeconfig")] } else { &[] };
+    script(name, &args, env)
 }
 
 #[tokio::test]
