@@ -85,7 +85,7 @@ cargo test --locked -- --include-ignored --skip node_ "$@"
 # asked for.)
 if (($# == 0)); then
 	json_again=(restarts_under_churn deletes_it_could_not_see relabelled_out_of_the_selector without_streaming_lists
-		a_delete_only_a_relist_finds a_delete_the_leader_logged_after_its_relist)
+		a_delete_only_a_relist_finds a_delete_both_relists_found)
 	test_names --test faults --test watch --test leader |
 		require_matches "the JSON re-run in cluster/test.sh" "${json_again[@]}"
 	export DEMO_CONTROLLER_WIRE=json
