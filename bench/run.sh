@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: demo-controller against the client-go logger (WatchList on and
-# off), the kube-rs idiomatic logger and the floors, on a dedicated local
+# off), the kube-rs idiomatic logger and the floors, and two replicas of
+# demo-controller with --leader-elect side by side, on a dedicated local
 # control plane. Builds every peer and the harness (bench/harness, a crate and
 # workspace of its own), starts the control plane in target/bench-cluster, runs the
 # harness and always stops the control plane again, also on Ctrl-C (the

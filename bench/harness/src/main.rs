@@ -11,13 +11,15 @@
 //!
 //! At each N the harness first makes the cluster hold exactly N pods (fresh
 //! namespaces, create + status patch), then runs the floors and each logger in
-//! turn; what each measures is in measure.rs and results.md says how to read
-//! it. Before the first N it runs every logger with 0 pods, for the memory
+//! turn, then two replicas of demo-controller with --leader-elect (a leader and
+//! its warm standby, pair.rs); what each measures is in measure.rs and pair.rs,
+//! and results.md says how to read it. Before the first N it runs every logger with 0 pods, for the memory
 //! floor. Ctrl-C (or SIGTERM) kills the running peers, deletes the pods and
 //! namespaces made so far and exits 130.
 
 mod cluster;
 mod measure;
+mod pair;
 mod peers;
 mod plot;
 mod process;
@@ -32,8 +34,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 
 use crate::cluster::{ControlPlane, NAMESPACES};
-use crate::measure::{Settings, percentile};
-use crate::peers::{Binaries, FLOORS, LOGGERS, Peer};
+use crate::measure::{Measurement, Settings, percentile};
+use crate::peers::{ALL, Binaries, Peer};
 use crate::report::{Facts, Results, SizeRow, thousands};
 
 /// How often each floor is measured at each N; the fastest try is the floor.
@@ -64,9 +66,11 @@ struct Opts {
     resync_margin: Duration,
 
     /// Only these peers, by their log-file names (demo-controller,
-    /// demo-controller-paged, client-go-watchlist, client-go-paged, kube-rs,
-    /// floor-list, floor-stream), comma-separated; the rest are n/a. For
-    /// before-and-after comparisons with --out elsewhere, not for results.md
+    /// demo-controller-paged, demo-controller-json, demo-controller-paged-json,
+    /// client-go-watchlist, client-go-paged, kube-rs,
+    /// demo-controller-two-replicas, floor-list, floor-stream,
+    /// floor-list-protobuf, floor-stream-protobuf), comma-separated; the rest
+    /// are n/a. For before-and-after comparisons with --out elsewhere, not for results.md
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
 
@@ -160,7 +164,7 @@ async fn main() {
         opts.go_logger.clone(),
     );
     let control_plane = opts.cluster_dir.clone().map(|dir| ControlPlane { dir });
-    let all = || FLOORS.iter().chain(&LOGGERS).copied();
+    let all = || ALL.iter().copied();
     if let Some(unknown) = opts.peers.iter().find(|name| !all().any(|p| p.slug() == name.as_str())) {
         let names: Vec<&str> = all().map(Peer::slug).collect();
         eprintln!("error: --peers: no peer is called '{unknown}'; the peers are {}", names.join(", "));
@@ -168,7 +172,7 @@ async fn main() {
     }
     let chosen = |p: Peer| opts.peers.is_empty() || opts.peers.iter().any(|name| name == p.slug());
     let available: Vec<Peer> = all().filter(|&p| bins.available(p) && chosen(p)).collect();
-    for p in FLOORS.iter().chain(&LOGGERS).filter(|p| !available.contains(p)) {
+    for p in ALL.iter().filter(|p| !available.contains(p)) {
         eprintln!("bench: {} is not in this run (n/a in the results)", p.label());
     }
     if control_plane.is_none() {
@@ -222,30 +226,30 @@ async fn main() {
             pod = cluster::pod_size(&client, &previous[0]).await;
             eprintln!("bench: one pod is {} bytes of JSON, {} kept by demo-controller", pod.json, pod.kept);
         }
-        let mut row = SizeRow { n, m: BTreeMap::new() };
+        let mut row = SizeRow { n, m: BTreeMap::new(), pair: None };
         for &peer in &available {
             eprintln!("bench: N={n}: {} ({:.0} s into the run)", peer.label(), started.elapsed().as_secs_f64());
-            let m = if peer.is_logger() {
-                measure::measure(&client, &bins, peer, n, &settings).await
+            if peer == Peer::DemoPair {
+                let pair = pair::measure(&client, &bins, n, &settings).await;
+                eprintln!(
+                    "bench: N={n}: {}: synced in {:.0} ms (standby), {:.1} MiB steady (leader), {:.1} MiB (standby)",
+                    peer.label(),
+                    pair.standby.sync_ms,
+                    pair.leader.steady_mib,
+                    pair.standby.steady_mib
+                );
+                row.pair = Some(pair);
             } else {
-                // A floor is the best the machine can do: the fastest of three tries.
-                let mut best: Option<measure::Measurement> = None;
-                for _ in 0..FLOOR_TRIES {
-                    let m = measure::measure(&client, &bins, peer, n, &settings).await;
-                    if best.as_ref().is_none_or(|b| m.sync_ms < b.sync_ms) {
-                        best = Some(m);
-                    }
-                }
-                best.expect("at least one try")
-            };
-            eprintln!(
-                "bench: N={n}: {}: synced in {:.0} ms, {:.1} MiB steady, lag p99 {} ms",
-                peer.label(),
-                m.sync_ms,
-                m.steady_mib,
-                percentile(&m.lags, 99.0).map_or("n/a".into(), |v| format!("{v:.1}"))
-            );
-            row.m.insert(peer, m);
+                let m = measure_peer(&client, &bins, peer, n, &settings).await;
+                eprintln!(
+                    "bench: N={n}: {}: synced in {:.0} ms, {:.1} MiB steady, lag p99 {} ms",
+                    peer.label(),
+                    m.sync_ms,
+                    m.steady_mib,
+                    percentile(&m.lags, 99.0).map_or("n/a".into(), |v| format!("{v:.1}"))
+                );
+                row.m.insert(peer, m);
+            }
             let total = cluster::count_pods(&client).await;
             assert_eq!(total, n, "after {}'s burst the cluster should hold {n} pods again", peer.label());
         }
@@ -273,6 +277,21 @@ async fn main() {
     );
 }
 
+/// One logger, or a floor: the best the machine can do, so the fastest of three tries.
+async fn measure_peer(client: &kube::Client, bins: &Binaries, peer: Peer, n: usize, s: &Settings<'_>) -> Measurement {
+    if peer.is_logger() {
+        return measure::measure(client, bins, peer, n, s).await;
+    }
+    let mut best: Option<Measurement> = None;
+    for _ in 0..FLOOR_TRIES {
+        let m = measure::measure(client, bins, peer, n, s).await;
+        if best.as_ref().is_none_or(|b| m.sync_ms < b.sync_ms) {
+            best = Some(m);
+        }
+    }
+    best.expect("FLOOR_TRIES is above 0")
+}
+
 /// A rough run time: pod creation at ~150 pods/s (create + status patch),
 /// each logger's idle window and resync wait, its burst at ~150 creates/s and
 /// its relist (a kube-apiserver restart takes ~10 s).
@@ -283,14 +302,16 @@ fn estimate(opts: &Opts, peers: &[Peer]) -> String {
         secs += n / 150.0;
         for &p in peers {
             secs += 3.0 + n / 5_000.0;
-            if p.is_logger() {
+            if p.is_logger() || p == Peer::DemoPair {
                 let wait = if p.has_resync() {
                     (opts.idle + opts.resync_margin).as_secs_f64() + 5.0
                 } else {
                     opts.idle.as_secs_f64()
                 };
                 let relist = if opts.cluster_dir.is_some() { 20.0 + n / 5_000.0 } else { 0.0 };
-                secs += wait + opts.burst as f64 / 150.0 + 5.0 + relist;
+                // The pair has no burst, but a second process to sync.
+                let burst = if p.is_logger() { opts.burst as f64 / 150.0 } else { 3.0 + n / 5_000.0 };
+                secs += wait + burst + 5.0 + relist;
             }
         }
     }

@@ -14,7 +14,7 @@ use futures::stream::{self, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client};
 
-use crate::cluster::{self, CONCURRENCY, ControlPlane};
+use crate::cluster::{self, CONCURRENCY, ControlPlane, ServerUsage};
 use crate::peers::{Binaries, Peer};
 use crate::process::{Line, Running, added_key, cpu_ticks, memory_mib, reset_peak, ticks_to_ms};
 
@@ -55,7 +55,7 @@ pub struct Settings<'a> {
 }
 
 impl Settings<'_> {
-    fn log(&self, n: usize, name: &str) -> Option<std::path::PathBuf> {
+    pub fn log(&self, n: usize, name: &str) -> Option<std::path::PathBuf> {
         std::fs::create_dir_all(self.logs).ok()?;
         Some(self.logs.join(format!("{n}-{name}.log")))
     }
@@ -72,11 +72,21 @@ pub async fn base_rss(bins: &Binaries, peer: Peer, s: &Settings<'_>) -> f64 {
     rss
 }
 
-async fn wait_synced(run: &mut Running) -> Instant {
+pub async fn wait_synced(run: &mut Running) -> Instant {
     run.wait_for("cache synced", 0, Duration::from_secs(600), |l| {
         l.text.to_ascii_lowercase().contains("cache synced").then_some(l.at)
     })
     .await
+}
+
+/// The kube-apiserver and etcd cost since `before` (nothing without a control plane).
+pub fn server_cost(cp: Option<&ControlPlane>, before: Option<ServerUsage>, m: &mut Measurement) {
+    if let (Some(cp), Some(before)) = (cp, before) {
+        let after = cp.usage();
+        m.api_cpu_ms = Some(ticks_to_ms(after.apiserver_ticks.saturating_sub(before.apiserver_ticks)));
+        m.api_rss_growth_mib = Some(after.apiserver_rss_mib - before.apiserver_rss_mib);
+        m.etcd_cpu_ms = Some(ticks_to_ms(after.etcd_ticks.saturating_sub(before.etcd_ticks)));
+    }
 }
 
 pub async fn measure(client: &Client, bins: &Binaries, peer: Peer, n: usize, s: &Settings<'_>) -> Measurement {
@@ -89,12 +99,7 @@ pub async fn measure(client: &Client, bins: &Binaries, peer: Peer, n: usize, s: 
     let sync_ticks = cpu_ticks(run.pid);
     m.sync_ms = ms(synced_at - run.spawned);
     m.sync_cpu_ms = ticks_to_ms(sync_ticks);
-    if let (Some(cp), Some(before)) = (s.control_plane, server_before) {
-        let after = cp.usage();
-        m.api_cpu_ms = Some(ticks_to_ms(after.apiserver_ticks.saturating_sub(before.apiserver_ticks)));
-        m.api_rss_growth_mib = Some(after.apiserver_rss_mib - before.apiserver_rss_mib);
-        m.etcd_cpu_ms = Some(ticks_to_ms(after.etcd_ticks.saturating_sub(before.etcd_ticks)));
-    }
+    server_cost(s.control_plane, server_before, &mut m);
 
     // 2. Memory once every pod is cached and (for a logger) logged.
     if peer.is_logger() {

@@ -30,10 +30,28 @@ pub enum Peer {
     GoPaged,
     /// The kube-rs idiomatic logger.
     KubeRs,
+    /// Two demo-controllers with --leader-elect, a leader and its warm
+    /// standby: measured together (pair.rs), a table of their own.
+    DemoPair,
 }
 
 pub const LOGGERS: [Peer; 7] =
     [Peer::Demo, Peer::DemoPaged, Peer::DemoJson, Peer::DemoPagedJson, Peer::GoWatchList, Peer::GoPaged, Peer::KubeRs];
+/// Every peer, in the order a run measures them at each N.
+pub const ALL: [Peer; 12] = [
+    Peer::FloorList,
+    Peer::FloorStream,
+    Peer::FloorListProtobuf,
+    Peer::FloorStreamProtobuf,
+    Peer::Demo,
+    Peer::DemoPaged,
+    Peer::DemoJson,
+    Peer::DemoPagedJson,
+    Peer::GoWatchList,
+    Peer::GoPaged,
+    Peer::KubeRs,
+    Peer::DemoPair,
+];
 pub const FLOORS: [Peer; 4] = [Peer::FloorList, Peer::FloorStream, Peer::FloorListProtobuf, Peer::FloorStreamProtobuf];
 
 impl Peer {
@@ -51,6 +69,7 @@ impl Peer {
             Peer::GoWatchList => "client-go (WatchList on)",
             Peer::GoPaged => "client-go (WatchList off)",
             Peer::KubeRs => "kube-rs idiomatic",
+            Peer::DemoPair => "demo-controller --leader-elect, two replicas",
         }
     }
 
@@ -68,6 +87,7 @@ impl Peer {
             Peer::GoWatchList => "client-go-watchlist",
             Peer::GoPaged => "client-go-paged",
             Peer::KubeRs => "kube-rs",
+            Peer::DemoPair => "demo-controller-two-replicas",
         }
     }
 
@@ -84,6 +104,7 @@ impl Peer {
             self,
             Peer::Demo
                 | Peer::DemoPaged
+                | Peer::DemoPair
                 | Peer::GoWatchList
                 | Peer::GoPaged
                 | Peer::FloorListProtobuf
@@ -95,7 +116,13 @@ impl Peer {
     pub fn has_resync(self) -> bool {
         matches!(
             self,
-            Peer::Demo | Peer::DemoPaged | Peer::DemoJson | Peer::DemoPagedJson | Peer::GoWatchList | Peer::GoPaged
+            Peer::Demo
+                | Peer::DemoPaged
+                | Peer::DemoJson
+                | Peer::DemoPagedJson
+                | Peer::GoWatchList
+                | Peer::GoPaged
+                | Peer::DemoPair
         )
     }
 }
@@ -110,6 +137,8 @@ pub struct Binaries {
     pub demo_paged: bool,
     /// demo-controller accepts --wire (protobuf by default, json on request).
     pub demo_wire: bool,
+    /// demo-controller accepts --leader-elect.
+    pub demo_leader_elect: bool,
 }
 
 impl Binaries {
@@ -120,7 +149,8 @@ impl Binaries {
         let help = Command::new(&demo).arg("--help").output().expect("run demo-controller --help");
         let help = String::from_utf8_lossy(&help.stdout);
         let (demo_paged, demo_wire) = (help.contains("--paged-list"), help.contains("--wire"));
-        Binaries { demo, kube_rs, floor, go, demo_paged, demo_wire }
+        let demo_leader_elect = help.contains("--leader-elect");
+        Binaries { demo, kube_rs, floor, go, demo_paged, demo_wire, demo_leader_elect }
     }
 
     /// The peers this run measures; the others are reported as n/a.
@@ -130,6 +160,7 @@ impl Binaries {
             Peer::DemoJson => self.demo_wire,
             Peer::DemoPagedJson => self.demo_wire && self.demo_paged,
             Peer::GoWatchList | Peer::GoPaged => self.go.is_some(),
+            Peer::DemoPair => self.demo_leader_elect,
             _ => true,
         }
     }
@@ -148,7 +179,7 @@ impl Binaries {
                 });
                 cmd
             }
-            Peer::Demo | Peer::DemoPaged | Peer::DemoJson | Peer::DemoPagedJson => {
+            Peer::Demo | Peer::DemoPaged | Peer::DemoJson | Peer::DemoPagedJson | Peer::DemoPair => {
                 let mut cmd = Command::new(&self.demo);
                 cmd.args(["--probe-addr", "0", "--metrics-addr", "0", "--log-format", "text", "--resync", &resync]);
                 if matches!(peer, Peer::DemoPaged | Peer::DemoPagedJson) {

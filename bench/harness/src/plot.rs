@@ -19,6 +19,7 @@ fn colour(peer: Peer) -> RGBColor {
         Peer::GoWatchList => RGBColor(0, 130, 180),
         Peer::GoPaged => RGBColor(110, 200, 230),
         Peer::KubeRs => RGBColor(120, 60, 160),
+        Peer::DemoPair => RGBColor(230, 120, 60),
         Peer::FloorList => RGBColor(90, 90, 90),
         Peer::FloorStream => RGBColor(160, 160, 160),
         Peer::FloorListProtobuf => RGBColor(40, 40, 40),
@@ -173,6 +174,7 @@ mod tests {
             .into_iter()
             .map(|n| SizeRow {
                 n,
+                pair: None,
                 m: peers
                     .iter()
                     .enumerate()

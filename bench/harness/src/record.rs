@@ -74,6 +74,12 @@ pub fn from_markdown(md: &str) -> Value {
             json!({ "n": number(row[0]), "floor": row[1], "values": values })
         })
         .collect();
+    let two_replicas: Vec<Value> = table_rows(md, "Two replicas")
+        .into_iter()
+        .map(|row| {
+            json!({ "n": number(row[0]), "metric": row[1].trim(), "leader": number(row[2]), "standby": number(row[3]) })
+        })
+        .collect();
     let targets_at = md
         .split("Checked at N = ")
         .nth(1)
@@ -88,6 +94,7 @@ pub fn from_markdown(md: &str) -> Value {
         "facts": facts,
         "loggers": loggers,
         "floors": floors,
+        "two_replicas": two_replicas,
         "targets_at": targets_at,
         "targets": targets,
     })
@@ -103,6 +110,8 @@ mod tests {
                   | N | metric | a | b |\n|---:|---|---:|---:|\n| 1,000 | time (ms) | 88 | n/a |\n\
                   | 1,000 |   / floor (x) | 1.02 | 0.63 |\n\n## Floors\n\n\
                   | N | floor | time (ms) | CPU (ms) |\n|---:|---|---:|---:|\n| 10,000 | floor: bare | 698 | |\n\n\
+                  ## Two replicas\n\n| N | metric | leader | standby |\n|---:|---|---:|---:|\n\
+                  | 10,000 | steady RSS (MiB) | 46.1 | 45.0 |\n\n\
                   ## Targets\n\nChecked at N = 10,000. demo-controller means ...\n\n| target | measured | met |\n\
                   |---|---:|:---:|\n| RSS <= 0.4x | 0.24x | met |\n| CPU <= 1x | 2.12x | **missed** |\n\n## How to read it\n";
         let v = from_markdown(md);
@@ -110,6 +119,10 @@ mod tests {
         assert_eq!(v["loggers"][0], json!({ "n": 1000, "metric": "time (ms)", "values": { "a": 88, "b": null } }));
         assert_eq!(v["loggers"][1]["metric"], "/ floor (x)");
         assert_eq!(v["floors"][0], json!({ "n": 10000, "floor": "floor: bare", "values": { "time (ms)": 698 } }));
+        assert_eq!(
+            v["two_replicas"][0],
+            json!({ "n": 10000, "metric": "steady RSS (MiB)", "leader": 46.1, "standby": 45.0 })
+        );
         assert_eq!(v["targets_at"], 10000);
         assert_eq!(v["targets"][1], json!({ "target": "CPU <= 1x", "measured": "2.12x", "met": "missed" }));
     }

@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 
 use crate::cluster::PodSize;
 use crate::measure::{Measurement, percentile};
-use crate::peers::{FLOORS, LOGGERS, Peer};
+use crate::pair::Pair;
+use crate::peers::{ALL, FLOORS, LOGGERS, Peer};
 
 /// Everything one run measured.
 pub struct Results {
@@ -23,6 +24,8 @@ pub struct Results {
 pub struct SizeRow {
     pub n: usize,
     pub m: BTreeMap<Peer, Measurement>,
+    /// The leader and its warm standby (`--leader-elect`), when measured.
+    pub pair: Option<Pair>,
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -200,6 +203,40 @@ pub fn floors(r: &Results) -> String {
     out
 }
 
+/// Two replicas with `--leader-elect`: the standby beside the leader, at each N.
+pub fn two_replicas(r: &Results) -> String {
+    /// A metric of one replica; the second argument is the steady RSS of
+    /// demo-controller without `--leader-elect` at the same N, if measured.
+    type Get = fn(&Measurement, Option<f64>) -> Option<f64>;
+    let metrics: [(&str, Get, usize); 9] = [
+        ("time to cache synced (ms)", |m, _| Some(m.sync_ms), 0),
+        ("CPU to sync (ms)", |m, _| Some(m.sync_cpu_ms), 0),
+        ("kube-apiserver CPU during sync (ms)", |m, _| m.api_cpu_ms, 0),
+        ("steady RSS after sync, VmRSS (MiB)", |m, _| Some(m.steady_mib), 1),
+        ("  / demo-controller's steady RSS without --leader-elect (x)", |m, alone| ratio(Some(m.steady_mib), alone), 2),
+        ("relist peak RSS, VmHWM (MiB)", |m, _| m.relist_peak_mib, 1),
+        ("idle CPU (% of one core)", |m, _| m.idle_cpu_pct, 3),
+        ("no-change resync CPU (ms)", |m, _| m.resync_cpu_ms, 0),
+        ("no-change resync lines printed", |m, _| m.resync_lines.map(|l| l as f64), 0),
+    ];
+    let mut out = String::from("| N | metric | leader | standby |\n|---:|---|---:|---:|\n");
+    for row in &r.rows {
+        let Some(pair) = &row.pair else { continue };
+        let alone = row.m.get(&Peer::Demo).map(|m| m.steady_mib);
+        for (name, get, decimals) in metrics {
+            let (leader, standby) = (get(&pair.leader, alone), get(&pair.standby, alone));
+            let _ = writeln!(
+                out,
+                "| {} | {name} | {} | {} |",
+                thousands(row.n),
+                cell(leader, decimals),
+                cell(standby, decimals)
+            );
+        }
+    }
+    out
+}
+
 /// The issue's targets, at N = 10,000 (or the largest N measured).
 pub fn targets(r: &Results) -> String {
     let Some(row) = r.rows.iter().find(|row| row.n == 10_000).or(r.rows.last()) else {
@@ -333,8 +370,7 @@ pub struct Facts {
 }
 
 pub fn markdown(r: &Results, f: &Facts) -> String {
-    let missing: Vec<&str> =
-        LOGGERS.iter().chain(&FLOORS).filter(|p| !r.available.contains(p)).map(|p| p.label()).collect();
+    let missing: Vec<&str> = ALL.iter().filter(|p| !r.available.contains(p)).map(|p| p.label()).collect();
     let missing = if missing.is_empty() {
         String::new()
     } else {
@@ -352,6 +388,7 @@ pub fn markdown(r: &Results, f: &Facts) -> String {
          nodeName, phase, conditions, each container's ready, restartCount, state and last state)\n{missing}\n\
          ## Loggers\n\n{table}\n\
          ## Floors\n\n{floors}\n\
+         ## Two replicas\n\n{two_replicas}\n\
          ## Targets\n\n{targets}\n\
          ## How to read it\n\n\
          Each peer runs alone against the same API server and the same N pods, one after the other \
@@ -384,7 +421,14 @@ pub fn markdown(r: &Results, f: &Facts) -> String {
          started again; each client's watch resumes with a resourceVersion older than the new watch cache, gets \
          410 Gone and lists again. VmHWM is reset (clear_refs) just before, and read once the logger has used at \
          least half its first list's CPU again and gone quiet (client-go logs the 410 only at -v=4, so the CPU \
-         is the signal). demo-controller waits out its watch-error backoff before it relists.\n\n\
+         is the signal). demo-controller waits out its watch-error backoff before it relists.\n\
+         - **two replicas**: demo-controller with `--leader-elect` as demo-controller.yaml runs it, twice, on a \
+         Lease of their own: the leader first (it takes the Lease, syncs and logs every pod), then the standby \
+         beside it (it finds the Lease held, syncs its cache and logs nothing). Sync and the API server's cost are \
+         each one's own; idle CPU is the same window for both (the leader renews the Lease and writes its mark \
+         every retry period, 2 s; the standby reads it as often); the resync window spans both resyncs; the relist \
+         is one restart both relist from. The Lease's duration and renew deadline are raised (90 s, 60 s) so the \
+         restart does not end the leader's term. No burst: the standby prints no line to time.\n\n\
          ![RSS per pod and sync time against N, and the burst-lag distribution](results.svg)\n",
         command = f.command,
         date = f.date,
@@ -399,6 +443,7 @@ pub fn markdown(r: &Results, f: &Facts) -> String {
         kept = r.pod.kept,
         table = table(r),
         floors = floors(r),
+        two_replicas = two_replicas(r),
         targets = targets(r),
         demo_mode = if r.demo_streams { "demo-controller, " } else { "" },
         burst = thousands(r.burst),
@@ -423,5 +468,33 @@ mod tests {
         assert_eq!(ratio(Some(1.0), Some(4.0)), Some(0.25));
         assert_eq!(ratio(None, Some(4.0)), None);
         assert_eq!(ratio(Some(1.0), Some(0.0)), None);
+    }
+
+    /// The standby's figures sit beside the leader's, each against the same
+    /// binary measured alone; an N without the pair has no rows.
+    #[test]
+    fn two_replicas_puts_the_standby_beside_the_leader() {
+        let m = |steady_mib| Measurement { steady_mib, relist_peak_mib: None, ..Measurement::default() };
+        let alone = BTreeMap::from([(Peer::Demo, m(40.0))]);
+        let rows = vec![
+            SizeRow { n: 1_000, m: BTreeMap::new(), pair: None },
+            SizeRow { n: 10_000, m: alone, pair: Some(Pair { leader: m(50.0), standby: m(45.0) }) },
+        ];
+        let r = Results {
+            rows,
+            base_mib: BTreeMap::new(),
+            pod: PodSize::default(),
+            demo_streams: true,
+            available: vec![Peer::Demo, Peer::DemoPair],
+            burst: 0,
+        };
+        let table = two_replicas(&r);
+        assert!(table.contains("| 10,000 | steady RSS after sync, VmRSS (MiB) | 50.0 | 45.0 |\n"), "{table}");
+        assert!(
+            table.contains("| 10,000 |   / demo-controller's steady RSS without --leader-elect (x) | 1.25 | 1.12 |\n"),
+            "{table}"
+        );
+        assert!(table.contains("| 10,000 | relist peak RSS, VmHWM (MiB) | n/a | n/a |\n"), "{table}");
+        assert!(!table.contains("| 1,000 |"), "{table}");
     }
 }

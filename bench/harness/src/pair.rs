@@ -1,0 +1,175 @@
+//! Two replicas of demo-controller with `--leader-elect`, as demo-controller.yaml
+//! runs them: what the warm standby costs beside the leader at one N.
+//!
+//! ```text
+//! leader: spawn ── became leader, cache synced ── N add lines ── RSS ──┐
+//! standby:                                    spawn ── standing by, cache synced ── RSS
+//!                                                     time, CPU, API server cost
+//! both:   idle window ── resync (each its own) ── forced relist ── SIGTERM
+//!         CPU %            CPU, lines               peak RSS
+//! ```
+//!
+//! There is no burst: the standby prints no line to time, and the leader's lag
+//! is the demo-controller column's (the same binary, the same informer).
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Client;
+use kube::api::{Api, DeleteParams};
+
+use crate::cluster::{self, ControlPlane};
+use crate::measure::{Measurement, Settings, ms, server_cost, wait_synced};
+use crate::peers::{Binaries, Peer};
+use crate::process::{Running, added_key, cpu_ticks, memory_mib, reset_peak, ticks_to_ms};
+
+/// The leader's measurement and the standby's, at one N.
+pub struct Pair {
+    pub leader: Measurement,
+    pub standby: Measurement,
+}
+
+/// Runs the leader, then the standby beside it, and measures both.
+pub async fn measure(client: &Client, bins: &Binaries, n: usize, s: &Settings<'_>) -> Pair {
+    // The Lease (demo-controller, the default name) in a fresh namespace per
+    // N: no earlier holder to wait out, no mark from an earlier N to resume
+    // from, and on a cluster with a namespace controller, Ctrl-C's cleanup of
+    // the namespace takes the Lease with it.
+    let lease_ns = cluster::namespace(client, "bench-lease").await;
+    let command = || bins.command(Peer::DemoPair, s.kubeconfig, s.resync);
+    let (mut leader, mut standby) = (Measurement::default(), Measurement::default());
+
+    // 1. The leader: it takes the free Lease, syncs and logs every pod once.
+    let server_before = s.control_plane.map(ControlPlane::usage);
+    let mut lead = Running::spawn(elect(command(), &lease_ns), s.log(n, "demo-controller-leader"));
+    lead.wait_for("became leader", 0, Duration::from_secs(120), |l| l.text.contains("became leader").then_some(()))
+        .await;
+    let lead_synced = wait_synced(&mut lead).await;
+    let lead_sync_ticks = cpu_ticks(lead.pid);
+    leader.sync_ms = ms(lead_synced - lead.spawned);
+    leader.sync_cpu_ms = ticks_to_ms(lead_sync_ticks);
+    server_cost(s.control_plane, server_before, &mut leader);
+    let mut adds = 0;
+    lead.wait_for(&format!("{n} initial add lines"), 0, Duration::from_secs(900), |l| {
+        adds += usize::from(added_key(&l.text).is_some());
+        (adds >= n).then_some(())
+    })
+    .await;
+    lead.wait_quiet(false, Duration::from_secs(120)).await;
+
+    // 2. The standby: it finds the Lease held, syncs its cache and logs nothing.
+    let server_before = s.control_plane.map(ControlPlane::usage);
+    let mut stand = Running::spawn(elect(command(), &lease_ns), s.log(n, "demo-controller-standby"));
+    let stand_synced = wait_synced(&mut stand).await;
+    let stand_sync_ticks = cpu_ticks(stand.pid);
+    standby.sync_ms = ms(stand_synced - stand.spawned);
+    standby.sync_cpu_ms = ticks_to_ms(stand_sync_ticks);
+    server_cost(s.control_plane, server_before, &mut standby);
+    stand.wait_for("standing by", 0, Duration::from_secs(60), |l| l.text.contains("standing by").then_some(())).await;
+    stand.wait_quiet(false, Duration::from_secs(120)).await;
+    (leader.peak_mib, leader.steady_mib) = memory_mib(lead.pid);
+    (standby.peak_mib, standby.steady_mib) = memory_mib(stand.pid);
+
+    // 3. Idle CPU of both over the same window, which ends before the
+    //    leader's first resync (the earlier of the two).
+    let idle_start = Instant::now();
+    let (lead_due, stand_due) = (lead_synced + s.resync, stand_synced + s.resync);
+    let room = lead_due.saturating_duration_since(idle_start).saturating_sub(Duration::from_secs(3));
+    let idle = s.idle.min(room);
+    if idle < s.idle {
+        eprintln!(
+            "bench: two replicas: only {room:?} before the resync; idle window shortened (raise --resync-margin)"
+        );
+    }
+    let before = (cpu_ticks(lead.pid), cpu_ticks(stand.pid));
+    tokio::time::sleep(idle).await;
+    lead.check_alive();
+    stand.check_alive();
+    if idle >= Duration::from_secs(1) {
+        let secs = ms(idle_start.elapsed());
+        leader.idle_cpu_pct = Some(100.0 * ticks_to_ms(cpu_ticks(lead.pid) - before.0) / secs);
+        standby.idle_cpu_pct = Some(100.0 * ticks_to_ms(cpu_ticks(stand.pid) - before.1) / secs);
+    }
+
+    // 4. Each one's first resync, in one window from just before the first
+    //    is due until both have settled after the second.
+    tokio::time::sleep_until((lead_due - Duration::from_secs(2)).into()).await;
+    let before = (cpu_ticks(lead.pid), cpu_ticks(stand.pid));
+    let (mut lead_cursor, mut stand_cursor) = (lead.len(), stand.len());
+    tokio::time::sleep_until((stand_due.max(lead_due) + Duration::from_secs(2)).into()).await;
+    lead.wait_quiet(true, Duration::from_secs(300)).await;
+    stand.wait_quiet(true, Duration::from_secs(300)).await;
+    leader.resync_cpu_ms = Some(ticks_to_ms(cpu_ticks(lead.pid) - before.0));
+    standby.resync_cpu_ms = Some(ticks_to_ms(cpu_ticks(stand.pid) - before.1));
+    leader.resync_lines = Some(lines_of_pods(&lead.take_new(&mut lead_cursor)));
+    standby.resync_lines = Some(lines_of_pods(&stand.take_new(&mut stand_cursor)));
+
+    // 5. A forced relist: both relist the N pods at once.
+    if let Some(cp) = s.control_plane {
+        (leader.relist_peak_mib, standby.relist_peak_mib) =
+            relist(cp, (&mut lead, lead_sync_ticks), (&mut stand, stand_sync_ticks)).await;
+    }
+    stand.stop().await;
+    lead.stop().await;
+    let leases = Api::<Lease>::namespaced(client.clone(), &lease_ns);
+    if let Err(e) = leases.delete("demo-controller", &DeleteParams::default()).await {
+        eprintln!("bench: could not delete the Lease {lease_ns}/demo-controller: {e}");
+    }
+    cluster::delete_namespaces(client, std::slice::from_ref(&lease_ns)).await;
+    Pair { leader, standby }
+}
+
+/// `cmd` as one of two replicas on the Lease demo-controller in `namespace`. The Lease outlasts
+/// the forced relist's kube-apiserver restart (about 10 s, the default renew
+/// deadline), so the leader's term does not end in the middle of the
+/// measurement; the retry period, which sets what renewing costs, is the default.
+fn elect(mut cmd: std::process::Command, namespace: &str) -> std::process::Command {
+    cmd.args(["--leader-elect", "--leader-elect-resource-namespace", namespace]).args([
+        "--leader-elect-lease-duration",
+        "90s",
+        "--leader-elect-renew-deadline",
+        "60s",
+    ]);
+    cmd
+}
+
+/// The lines about a pod among `lines` (a resync of unchanged pods prints none).
+fn lines_of_pods(lines: &[crate::process::Line]) -> usize {
+    lines.iter().filter(|l| ["onAdd", "onUpdate", "onDelete"].iter().any(|w| l.text.contains(w))).count()
+}
+
+/// Restarts kube-apiserver over a compacted etcd and returns each one's peak
+/// RSS while it relists (`None` where no relist was seen: see measure.rs).
+async fn relist(
+    cp: &ControlPlane,
+    lead: (&mut Running, u64),
+    stand: (&mut Running, u64),
+) -> (Option<f64>, Option<f64>) {
+    let (lead, lead_sync_ticks) = lead;
+    let (stand, stand_sync_ticks) = stand;
+    reset_peak(lead.pid);
+    reset_peak(stand.pid);
+    let before = (cpu_ticks(lead.pid), cpu_ticks(stand.pid));
+    // Blocking (processes, curl); the runtime's other worker keeps serving Ctrl-C.
+    tokio::task::block_in_place(|| cp.restart_compacted());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut seen = (false, false);
+    while !(seen.0 && seen.1) && Instant::now() < deadline {
+        lead.check_alive();
+        stand.check_alive();
+        seen.0 |= cpu_ticks(lead.pid).saturating_sub(before.0) >= (lead_sync_ticks / 2).max(2);
+        seen.1 |= cpu_ticks(stand.pid).saturating_sub(before.1) >= (stand_sync_ticks / 2).max(2);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    lead.wait_quiet(true, Duration::from_secs(300)).await;
+    stand.wait_quiet(true, Duration::from_secs(300)).await;
+    for (who, seen) in [("leader", seen.0), ("standby", seen.1)] {
+        if !seen {
+            eprintln!(
+                "bench: two replicas: the {who}'s relist was not seen within 90 s of the restart: no relist peak"
+            );
+        }
+    }
+    let peak = |run: &Running, seen: bool| seen.then(|| memory_mib(run.pid).0);
+    (peak(lead, seen.0), peak(stand, seen.1))
+}
