@@ -157,7 +157,13 @@ impl Controller {
         info!(pods = self.cache.first_list_len(), elapsed_ms = started.elapsed().as_millis() as u64, "cache synced");
         probes::synced();
 
-        // 3. The resync timer and the workers.
+        // 3. The resync timer and the workers. With --leader-elect the
+        //    workers first wait for the elector's first read of the lease
+        //    (`decided`, at once without it): see leader.rs.
+        tokio::select! {
+            () = self.worker.gate.decided() => {}
+            () = shutdown.cancelled() => {}
+        }
         if let Some(period) = self.settings.resync {
             tokio::spawn(self.clone().resync(period, shutdown.clone()));
         }

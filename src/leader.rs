@@ -398,6 +398,9 @@ fn covers(mark: Option<u64>, version: Option<u64>) -> bool {
 #[derive(Debug)]
 pub struct Gate {
     state: Mutex<GateState>,
+    /// Whether the elector has read the lease once (at once without
+    /// `--leader-elect`): the workers start after it (see [`Gate::decided`]).
+    decided: tokio::sync::watch::Sender<bool>,
 }
 
 impl Gate {
@@ -412,7 +415,27 @@ impl Gate {
     }
 
     fn new(role: Role) -> Arc<Gate> {
-        Arc::new(Gate { state: Mutex::new(GateState { role, kept: Kept::default(), taken: None }) })
+        let decided = matches!(role, Role::Leading { .. });
+        let state = Mutex::new(GateState { role, kept: Kept::default(), taken: None });
+        Arc::new(Gate { state, decided: tokio::sync::watch::Sender::new(decided) })
+    }
+
+    /// Resolves once the elector has read the lease once, whatever it found
+    /// (or failed to reach it within the renew deadline). The controller
+    /// starts its workers after it: leading by then, they log the first
+    /// list's lines themselves; standing by, they know the leader's mark and
+    /// keep only the lines it does not cover. Started before it, they would
+    /// hold most of the first list as lines at the gate, one copy of each
+    /// pod, until the lease was read: memory the process keeps.
+    pub async fn decided(&self) {
+        let mut decided = self.decided.subscribe();
+        // The sender lives as long as `self`: wait_for cannot fail here.
+        let _ = decided.wait_for(|decided| *decided).await;
+    }
+
+    /// The elector has read the lease (or tried to for a renew deadline).
+    fn decide(&self) {
+        self.decided.send_if_modified(|decided| !std::mem::replace(decided, true));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
@@ -653,6 +676,7 @@ impl Elector {
                 }
                 Ok(Err(_)) | Err(_) => {}
             }
+            self.gate.decide();
             if leading && last_renew.elapsed() >= self.timings.renew_deadline {
                 // No line after this one: the gate closes before a standby
                 // can take the lease (renew deadline < lease duration).
@@ -945,6 +969,20 @@ mod tests {
     fn takeover(gate: &Gate, mark: Option<u64>) -> Vec<(Option<u64>, bool)> {
         let lines = gate.lead(mark, Instant::now() + Duration::from_secs(60));
         lines.into_iter().map(|r| (r.line.version.own(), r.open)).collect()
+    }
+
+    /// The workers wait for the elector's first read of the lease; a logger
+    /// without `--leader-elect` has nothing to wait for.
+    #[test]
+    fn the_workers_wait_for_the_first_read_of_the_lease_only_with_an_election() {
+        use futures::FutureExt;
+        assert_eq!(Gate::leading().decided().now_or_never(), Some(()));
+        let gate = Gate::standby();
+        assert_eq!(gate.decided().now_or_never(), None);
+        gate.decide();
+        assert_eq!(gate.decided().now_or_never(), Some(()));
+        gate.decide();
+        assert_eq!(gate.decided().now_or_never(), Some(()));
     }
 
     #[test]

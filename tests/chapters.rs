@@ -617,19 +617,26 @@ async fn ch6_wait(replica: &Logger, line: &str) {
     }
 }
 
-/// Two replicas, A leading and B standing by, both synced.
+/// Two replicas, A leading and B standing by, both synced. Each one's
+/// workers start only after its election's first line (`Gate::decided`).
 async fn ch6_two(c: &Cluster, ns: &str, a_pitfall: &[&str]) -> (Logger, Logger) {
     let a = ch6_replica(c, ns, "replica-a", a_pitfall);
-    ch6_wait(&a, "became leader released=true").await;
     ch6_wait(&a, "workers started").await;
+    ch6_in_order(&a, "became leader released=true", "workers started");
     let b = ch6_replica(c, ns, "replica-b", &[]);
-    ch6_wait(&b, "standing by: replica-a leads").await;
     ch6_wait(&b, "workers started").await;
+    ch6_in_order(&b, "standing by: replica-a leads", "workers started");
     (a, b)
 }
 
-/// The start-up lines of the controller and of the election interleave in
-/// any order; the book shows the others.
+/// `first` was printed, and before `then`.
+fn ch6_in_order(replica: &Logger, first: &str, then: &str) {
+    let out = ch6_output(replica);
+    let at = |line: &str| out.iter().position(|l| l == line);
+    assert!(at(first).is_some() && at(first) < at(then), "{first:?} should come before {then:?}\n{}", replica.dump());
+}
+
+/// The controller's start-up lines; the book shows the others.
 fn ch6_without_start_up(lines: Vec<String>) -> Vec<String> {
     let start_up = ["waiting for the first list of pods (cache sync)", "cache synced", "workers started"];
     lines.into_iter().filter(|l| !start_up.contains(&l.as_str())).collect()
