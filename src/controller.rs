@@ -158,11 +158,17 @@ impl Controller {
         probes::synced();
 
         // 3. The resync timer and the workers. With --leader-elect the
-        //    workers first wait for the elector's first read of the lease
-        //    (`decided`, at once without it): see leader.rs.
+        //    workers first wait until this replica leads or knows the
+        //    leader's mark (`decided`, at once without it): see leader.rs.
         tokio::select! {
+            biased;
             () = self.worker.gate.decided() => {}
-            () = shutdown.cancelled() => {}
+            () = shutdown.cancelled() => {
+                // A replica that neither led nor knew a mark: no line to write.
+                let _ = informer.await;
+                info!(left = 0, "shutdown complete (before the workers started)");
+                return Stopped::Drained;
+            }
         }
         if let Some(period) = self.settings.resync {
             tokio::spawn(self.clone().resync(period, shutdown.clone()));

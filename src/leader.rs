@@ -420,22 +420,27 @@ impl Gate {
         Arc::new(Gate { state, decided: tokio::sync::watch::Sender::new(decided) })
     }
 
-    /// Resolves once the elector has read the lease once, whatever it found
-    /// (or failed to reach it within the renew deadline). The controller
-    /// starts its workers after it: leading by then, they log the first
-    /// list's lines themselves; standing by, they know the leader's mark and
-    /// keep only the lines it does not cover. Started before it, they would
-    /// hold most of the first list as lines at the gate, one copy of each
-    /// pod, until the lease was read: memory the process keeps.
+    /// Resolves once this replica leads or knows the leader's mark (or the
+    /// leader wrote none for a lease duration, or the lease could not be
+    /// read for as long). The controller starts its workers after it:
+    /// leading, they log the first list's lines themselves; standing by, they
+    /// keep only the lines the mark does not cover. Started at once, they
+    /// would hold most of the first list as lines at the gate, one copy of
+    /// each pod, until a mark came: memory the process keeps.
     pub async fn decided(&self) {
         let mut decided = self.decided.subscribe();
         // The sender lives as long as `self`: wait_for cannot fail here.
         let _ = decided.wait_for(|decided| *decided).await;
     }
 
-    /// The elector has read the lease (or tried to for a renew deadline).
-    fn decide(&self) {
-        self.decided.send_if_modified(|decided| !std::mem::replace(decided, true));
+    /// The elector has read the lease (or tried to): the workers may start
+    /// if we lead or know the leader's mark, or if waiting for one is over
+    /// (`give_up`).
+    fn decide(&self, give_up: bool) {
+        let ready = give_up || matches!(self.lock().role, Role::Leading { .. } | Role::Standby { mark: Some(_) });
+        if ready {
+            self.decided.send_if_modified(|decided| !std::mem::replace(decided, true));
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
@@ -642,7 +647,7 @@ impl Elector {
     /// that first list (`joined`).
     pub async fn run(&mut self, joined: Option<u64>) {
         self.joined = joined;
-        let mut last_renew = Instant::now();
+        let (mut last_renew, first_read) = (Instant::now(), Instant::now());
         let mut ticker = tokio::time::interval(self.timings.retry_period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -676,7 +681,9 @@ impl Elector {
                 }
                 Ok(Err(_)) | Err(_) => {}
             }
-            self.gate.decide();
+            // The workers start once we lead or know the leader's mark (see
+            // Gate::decided); a lease duration without one is enough waiting.
+            self.gate.decide(first_read.elapsed() >= self.timings.lease_duration);
             if leading && last_renew.elapsed() >= self.timings.renew_deadline {
                 // No line after this one: the gate closes before a standby
                 // can take the lease (renew deadline < lease duration).
@@ -739,6 +746,8 @@ impl Elector {
     /// periods, in which such a standby tries at least once and takes the
     /// lease; with none there, it takes the lease itself after them.
     fn defer(&mut self, record: &Record) -> bool {
+        // Standing by meanwhile: what the mark covers, a leader logged.
+        self.gate.follow(record.mark);
         if caught_up(self.joined, record.mark) {
             self.deferring = None;
             return false;
@@ -971,17 +980,26 @@ mod tests {
         lines.into_iter().map(|r| (r.line.version.own(), r.open)).collect()
     }
 
-    /// The workers wait for the elector's first read of the lease; a logger
+    /// The workers wait until we lead or know the leader's mark; a logger
     /// without `--leader-elect` has nothing to wait for.
     #[test]
-    fn the_workers_wait_for_the_first_read_of_the_lease_only_with_an_election() {
+    fn the_workers_wait_for_the_lease_or_the_mark_only_with_an_election() {
         use futures::FutureExt;
         assert_eq!(Gate::leading().decided().now_or_never(), Some(()));
+        // A standby that has heard of no mark waits for one...
         let gate = Gate::standby();
+        gate.decide(false);
         assert_eq!(gate.decided().now_or_never(), None);
-        gate.decide();
+        gate.follow(Some(5));
+        gate.decide(false);
         assert_eq!(gate.decided().now_or_never(), Some(()));
-        gate.decide();
+        // ...or until waiting is over; and one that leads, not at all.
+        let gate = Gate::standby();
+        gate.decide(true);
+        assert_eq!(gate.decided().now_or_never(), Some(()));
+        let gate = Gate::standby();
+        gate.lead(None, Instant::now() + Duration::from_secs(60));
+        gate.decide(false);
         assert_eq!(gate.decided().now_or_never(), Some(()));
     }
 
