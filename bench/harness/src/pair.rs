@@ -42,13 +42,13 @@ pub async fn measure(client: &Client, bins: &Binaries, n: usize, s: &Settings<'_
     // 1. The leader: it takes the free Lease, syncs and logs every pod once.
     let server_before = s.control_plane.map(ControlPlane::usage);
     let mut lead = Running::spawn(elect(command(), &lease_ns), s.log(n, "demo-controller-leader"));
-    lead.wait_for("became leader", 0, Duration::from_secs(120), |l| l.text.contains("became leader").then_some(()))
-        .await;
     let lead_synced = wait_synced(&mut lead).await;
     let lead_sync_ticks = cpu_ticks(lead.pid);
     leader.sync_ms = ms(lead_synced - lead.spawned);
     leader.sync_cpu_ms = ticks_to_ms(lead_sync_ticks);
     server_cost(s.control_plane, server_before, &mut leader);
+    lead.wait_for("became leader", 0, Duration::from_secs(120), |l| l.text.contains("became leader").then_some(()))
+        .await;
     let mut adds = 0;
     lead.wait_for(&format!("{n} initial add lines"), 0, Duration::from_secs(900), |l| {
         adds += usize::from(added_key(&l.text).is_some());
@@ -66,7 +66,8 @@ pub async fn measure(client: &Client, bins: &Binaries, n: usize, s: &Settings<'_
     standby.sync_cpu_ms = ticks_to_ms(stand_sync_ticks);
     server_cost(s.control_plane, server_before, &mut standby);
     stand.wait_for("standing by", 0, Duration::from_secs(60), |l| l.text.contains("standing by").then_some(())).await;
-    stand.wait_quiet(false, Duration::from_secs(120)).await;
+    // It prints nothing while its workers take the first list in: quiet means its CPU too.
+    stand.wait_quiet(true, Duration::from_secs(120)).await;
     (leader.peak_mib, leader.steady_mib) = memory_mib(lead.pid);
     (standby.peak_mib, standby.steady_mib) = memory_mib(stand.pid);
 
@@ -91,18 +92,11 @@ pub async fn measure(client: &Client, bins: &Binaries, n: usize, s: &Settings<'_
         standby.idle_cpu_pct = Some(100.0 * ticks_to_ms(cpu_ticks(stand.pid) - before.1) / secs);
     }
 
-    // 4. Each one's first resync, in one window from just before the first
-    //    is due until both have settled after the second.
-    tokio::time::sleep_until((lead_due - Duration::from_secs(2)).into()).await;
-    let before = (cpu_ticks(lead.pid), cpu_ticks(stand.pid));
-    let (mut lead_cursor, mut stand_cursor) = (lead.len(), stand.len());
-    tokio::time::sleep_until((stand_due.max(lead_due) + Duration::from_secs(2)).into()).await;
-    lead.wait_quiet(true, Duration::from_secs(300)).await;
-    stand.wait_quiet(true, Duration::from_secs(300)).await;
-    leader.resync_cpu_ms = Some(ticks_to_ms(cpu_ticks(lead.pid) - before.0));
-    standby.resync_cpu_ms = Some(ticks_to_ms(cpu_ticks(stand.pid) - before.1));
-    leader.resync_lines = Some(lines_of_pods(&lead.take_new(&mut lead_cursor)));
-    standby.resync_lines = Some(lines_of_pods(&stand.take_new(&mut stand_cursor)));
+    // 4. Each one's first resync, each in its own window.
+    let ((lead_cpu, lead_lines), (stand_cpu, stand_lines)) =
+        tokio::join!(resync(&mut lead, lead_due), resync(&mut stand, stand_due));
+    (leader.resync_cpu_ms, leader.resync_lines) = (Some(lead_cpu), Some(lead_lines));
+    (standby.resync_cpu_ms, standby.resync_lines) = (Some(stand_cpu), Some(stand_lines));
 
     // 5. A forced relist: both relist the N pods at once.
     if let Some(cp) = s.control_plane {
@@ -133,6 +127,16 @@ fn elect(mut cmd: std::process::Command, namespace: &str) -> std::process::Comma
     cmd
 }
 
+/// One replica's first resync, due at `due`: its CPU and the lines about a
+/// pod it printed, from 2 s before until its output and CPU settle after it.
+async fn resync(run: &mut Running, due: Instant) -> (f64, usize) {
+    tokio::time::sleep_until((due - Duration::from_secs(2)).into()).await;
+    let (before, mut cursor) = (cpu_ticks(run.pid), run.len());
+    tokio::time::sleep_until((due + Duration::from_secs(2)).into()).await;
+    run.wait_quiet(true, Duration::from_secs(300)).await;
+    (ticks_to_ms(cpu_ticks(run.pid) - before), lines_of_pods(&run.take_new(&mut cursor)))
+}
+
 /// The lines about a pod among `lines` (a resync of unchanged pods prints none).
 fn lines_of_pods(lines: &[crate::process::Line]) -> usize {
     lines.iter().filter(|l| ["onAdd", "onUpdate", "onDelete"].iter().any(|w| l.text.contains(w))).count()
@@ -150,8 +154,17 @@ async fn relist(
     reset_peak(lead.pid);
     reset_peak(stand.pid);
     let before = (cpu_ticks(lead.pid), cpu_ticks(stand.pid));
+    let from = (lead.len(), stand.len());
     // Blocking (processes, curl); the runtime's other worker keeps serving Ctrl-C.
     tokio::task::block_in_place(|| cp.restart_compacted());
+    // As in measure.rs: the 410 line, where it comes, before the CPU is read
+    // (the retries while the server was down cost CPU too).
+    let gone = |l: &crate::process::Line| {
+        let t = l.text.to_ascii_lowercase();
+        (t.contains("410") || t.contains("too old") || t.contains("expired")).then_some(())
+    };
+    let _ = lead.try_wait_for(from.0, Duration::from_secs(20), gone).await;
+    let _ = stand.try_wait_for(from.1, Duration::from_secs(20), gone).await;
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut seen = (false, false);
     while !(seen.0 && seen.1) && Instant::now() < deadline {

@@ -424,9 +424,10 @@ pub fn markdown(r: &Results, f: &Facts) -> String {
          is the signal). demo-controller waits out its watch-error backoff before it relists.\n\
          - **two replicas**: demo-controller with `--leader-elect` as demo-controller.yaml runs it, twice, on a \
          Lease of their own: the leader first (it takes the Lease, syncs and logs every pod), then the standby \
-         beside it (it finds the Lease held, syncs its cache and logs nothing). Sync and the API server's cost are \
-         each one's own; idle CPU is the same window for both (the leader renews the Lease and writes its mark \
-         every retry period, 2 s; the standby reads it as often); the resync window spans both resyncs; the relist \
+         beside it (it finds the Lease held, syncs its cache and logs nothing). Sync time and CPU are each one's own; \
+         the API server's cost during the standby's sync also holds whatever the leader asked of it meanwhile (a \
+         Lease renewal every retry period, 2 s); idle CPU is one window for both (the leader renews the Lease and \
+         writes its mark, the standby reads it); each resync is measured in its own window, as above; the relist \
          is one restart both relist from. The Lease's duration and renew deadline are raised (90 s, 60 s) so the \
          restart does not end the leader's term. No burst: the standby prints no line to time.\n\n\
          ![RSS per pod and sync time against N, and the burst-lag distribution](results.svg)\n",
