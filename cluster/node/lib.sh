@@ -150,7 +150,9 @@ in_node() {
 #     kubelet, every pod), drops its mount namespace (every container, pod and
 #     network-namespace mount) and deletes its network namespace (bridge,
 #     veths, routes, iptables and nft rules, ip_forward) and with it the host
-#     end of its link;
+#     end of its link, which it also deletes itself (the kernel frees a dead
+#     network namespace in the background, so late that the next node could
+#     find the name taken);
 #  2. the cgroups up.sh made (listed in DIR/cgroups), now empty;
 #  3. DIR's contents and DIR itself, which up.sh made (the caller has been
 #     through the directory guard; with keep-logs: all but DIR/logs and the
@@ -200,6 +202,13 @@ teardown() {
 		((SECONDS < t)) || { log "error: the node's processes are still there 30 s after SIGKILL; not removing $dir"; return 1; }
 		sleep 0.1
 	done
+	# The host end of its link goes with its network namespace, but the
+	# kernel frees a dead namespace in the background, seconds or minutes
+	# later: delete the link now if it is still the one up.sh made (the
+	# ifindex it recorded), so that the next node finds the name free.
+	if [[ -f $dir/hostlink && $(cat "/sys/class/net/$host_if/ifindex" 2>/dev/null) == "$(cat "$dir/hostlink")" ]]; then
+		ip link del "$host_if" 2>/dev/null || true
+	fi
 	# Its cgroups, deepest first; a cgroup empties a moment after its last
 	# process exits, hence the retries. One that stays means the node was
 	# not all gone: DIR (its record) is kept.

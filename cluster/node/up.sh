@@ -196,7 +196,13 @@ readlink "/proc/$init/ns/pid" >"$dir/pidns"
 # --- Its link to the host -------------------------------------------------------------
 # Created with its node end already in the node's network namespace; no IPv6
 # on the host end (no link-local address or route on the host).
+if [[ -e /sys/class/net/$host_if ]]; then
+	log "error: the host already has a link named $host_if: another node's, or the last one's while the kernel is still removing its network namespace; see \`ip link show $host_if\`, and try again once it is gone"
+	exit 1
+fi
 ip link add "$host_if" type veth peer name "$node_if" netns "$init"
+# Which link is ours, for down.sh: a link of that name later may be another.
+cat "/sys/class/net/$host_if/ifindex" >"$dir/hostlink"
 [[ -e /proc/sys/net/ipv6/conf/$host_if ]] && sysctl -qw "net.ipv6.conf.$host_if.disable_ipv6=1"
 ip addr add "$host_ip/$link_prefix" dev "$host_if"
 ip link set "$host_if" up
