@@ -60,7 +60,7 @@ cluster-up: ## Start the local control plane (prints export KUBECONFIG=...)
 cluster-down: ## Stop the local control plane and remove its state
 	bash cluster/down.sh --dir $(CLUSTER_DIR)
 
-bench: ## Benchmark against client-go, kube-rs and the floors (prints its estimated run time; ARGS=--with-100k; writes bench/results.{md,json,svg})
+bench: ## Benchmark against client-go, kube-rs and the floors, and two replicas with --leader-elect (prints its estimated run time; ARGS=--with-100k; writes bench/results.{md,json,svg})
 	bash bench/run.sh $(ARGS)
 
 node-up: ## As root: start a real one-node cluster (containerd + kubelet; prints export KUBECONFIG=...)
