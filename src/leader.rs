@@ -398,8 +398,9 @@ fn covers(mark: Option<u64>, version: Option<u64>) -> bool {
 #[derive(Debug)]
 pub struct Gate {
     state: Mutex<GateState>,
-    /// Whether the elector has read the lease once (at once without
-    /// `--leader-elect`): the workers start after it (see [`Gate::decided`]).
+    /// Whether the workers may start: we lead or know the leader's mark, or
+    /// waited a lease duration for one (at once without `--leader-elect`; see
+    /// [`Gate::decided`]).
     decided: tokio::sync::watch::Sender<bool>,
 }
 

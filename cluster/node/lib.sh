@@ -149,10 +149,11 @@ in_node() {
 #     process of its pid namespace (the control plane, containerd, the
 #     kubelet, every pod), drops its mount namespace (every container, pod and
 #     network-namespace mount) and deletes its network namespace (bridge,
-#     veths, routes, iptables and nft rules, ip_forward) and with it the host
-#     end of its link, which it also deletes itself (the kernel frees a dead
-#     network namespace in the background, so late that the next node could
-#     find the name taken);
+#     veths, routes, iptables and nft rules, ip_forward); its link to the
+#     host is deleted from inside it first (the kernel frees a dead network
+#     namespace, and the link with it, in the background, so late that the
+#     next node could find the name taken), or, for a node already dead,
+#     waited for;
 #  2. the cgroups up.sh made (listed in DIR/cgroups), now empty;
 #  3. DIR's contents and DIR itself, which up.sh made (the caller has been
 #     through the directory guard; with keep-logs: all but DIR/logs and the
@@ -160,7 +161,7 @@ in_node() {
 # Nothing is found by a broad name or restored from a snapshot: what the host
 # had, and anything anyone else changed meanwhile, stays as it is.
 teardown() {
-	local keep=${1:-} init ns c t p left cg pids
+	local keep=${1:-} init ns c t p left cg pids waited=
 	cg=$(cgroup_name)
 	init=$(node_init_pid) || init=
 	ns=$(cat "$dir/pidns" 2>/dev/null) || ns=
@@ -181,6 +182,11 @@ teardown() {
 			[[ -d $c ]] && find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null
 		done | sort -un
 	}
+	# The host end of its link goes with its network namespace, which the
+	# kernel frees in the background, seconds or minutes after the last
+	# process: so while the node runs, its end of the link (a veth's two
+	# ends go together) is deleted from inside it, and the name is free at once.
+	[[ -n $init ]] && { nsenter --target "$init" --net -- ip link del "$node_if" 2>/dev/null || true; }
 	[[ -n $init ]] && kill -KILL "$init" 2>/dev/null
 	# Whatever is left in its cgroups (pid 1 not found: node.pid gone, or
 	# the run killed before it was written) is the node's too.
@@ -202,12 +208,17 @@ teardown() {
 		((SECONDS < t)) || { log "error: the node's processes are still there 30 s after SIGKILL; not removing $dir"; return 1; }
 		sleep 0.1
 	done
-	# The host end of its link goes with its network namespace, but the
-	# kernel frees a dead namespace in the background, seconds or minutes
-	# later: delete the link now if it is still the one up.sh made (the
-	# ifindex it recorded), so that the next node finds the name free.
-	if [[ -f $dir/hostlink && $(cat "/sys/class/net/$host_if/ifindex" 2>/dev/null) == "$(cat "$dir/hostlink")" ]]; then
-		ip link del "$host_if" 2>/dev/null || true
+	# A node already dead when this ran (no pid 1 to enter above): its link
+	# goes when the kernel frees its network namespace, in the background.
+	# Wait for that, by the boot and index up.sh recorded: the name is not
+	# deleted from out here, since a link of that name may be another node's.
+	if [[ -f $dir/hostlink ]]; then
+		t=$((SECONDS + 300))
+		while [[ "$(cat /proc/sys/kernel/random/boot_id) $(cat "/sys/class/net/$host_if/ifindex" 2>/dev/null)" == "$(cat "$dir/hostlink")" ]]; do
+			[[ -n ${waited:-} ]] || { log "waiting for the kernel to free the node's network namespace (its link $host_if goes with it)"; waited=1; }
+			((SECONDS < t)) || { log "error: the node's link $host_if is still there 300 s after its processes; not removing $dir"; return 1; }
+			sleep 0.5
+		done
 	fi
 	# Its cgroups, deepest first; a cgroup empties a moment after its last
 	# process exits, hence the retries. One that stays means the node was

@@ -201,8 +201,9 @@ if [[ -e /sys/class/net/$host_if ]]; then
 	exit 1
 fi
 ip link add "$host_if" type veth peer name "$node_if" netns "$init"
-# Which link is ours, for down.sh: a link of that name later may be another.
-cat "/sys/class/net/$host_if/ifindex" >"$dir/hostlink"
+# Which link is ours, for down.sh: this boot's interface index (a link of
+# that name later, or after a reboot, may be another node's).
+echo "$(cat /proc/sys/kernel/random/boot_id) $(cat "/sys/class/net/$host_if/ifindex")" >"$dir/hostlink"
 [[ -e /proc/sys/net/ipv6/conf/$host_if ]] && sysctl -qw "net.ipv6.conf.$host_if.disable_ipv6=1"
 ip addr add "$host_ip/$link_prefix" dev "$host_if"
 ip link set "$host_if" up
