@@ -583,13 +583,15 @@ async fn node_liveness_probe_restarts_a_stuck_container() {
     .unwrap();
     Api::<Pod>::namespaced(client.clone(), &ns).create(&PostParams::default(), &held).await.unwrap();
 
-    let restarted = until("the kubelet to restart the stuck container", Duration::from_secs(150), || async {
+    // The restart count and the killed container's last state can reach the
+    // pod's status in two updates: wait for both.
+    until("the kubelet to restart the stuck container and report it terminated", Duration::from_secs(150), || async {
         let p = pods.get(&name).await.ok()?;
         let s = p.status?.container_statuses?.first()?.clone();
-        (s.restart_count >= 1).then_some(s)
+        (s.restart_count >= 1).then_some(())?;
+        s.last_state?.terminated.map(|_| ())
     })
     .await;
-    restarted.last_state.and_then(|s| s.terminated).expect("the killed container's last state");
     // The kubelet stopped it (SIGTERM) and said why.
     let previous = log_of(&client, &name, true).await;
     assert!(
