@@ -72,15 +72,54 @@ pub async fn base_rss(bins: &Binaries, peer: Peer, s: &Settings<'_>) -> f64 {
     rss
 }
 
-pub async fn wait_synced(run: &mut Running) -> Instant {
+async fn wait_synced(run: &mut Running) -> Instant {
     run.wait_for("cache synced", 0, Duration::from_secs(600), |l| {
         l.text.to_ascii_lowercase().contains("cache synced").then_some(l.at)
     })
     .await
 }
 
+/// Spawns `cmd` and waits for its `cache synced` line: the time, the CPU and
+/// the servers' cost of the sync go into `m`. Returns the process, when it
+/// synced and its CPU ticks by then.
+pub async fn spawn_synced(
+    cmd: std::process::Command,
+    log: Option<std::path::PathBuf>,
+    s: &Settings<'_>,
+    m: &mut Measurement,
+) -> (Running, Instant, u64) {
+    let server_before = s.control_plane.map(ControlPlane::usage);
+    let mut run = Running::spawn(cmd, log);
+    let synced_at = wait_synced(&mut run).await;
+    let sync_ticks = cpu_ticks(run.pid);
+    m.sync_ms = ms(synced_at - run.spawned);
+    m.sync_cpu_ms = ticks_to_ms(sync_ticks);
+    server_cost(s.control_plane, server_before, m);
+    (run, synced_at, sync_ticks)
+}
+
+/// Waits until `run` has printed an add line for `n` pods (its first list's).
+pub async fn wait_initial_adds(run: &mut Running, n: usize) {
+    let mut adds = 0;
+    run.wait_for(&format!("{n} initial add lines"), 0, Duration::from_secs(900), |l| {
+        adds += usize::from(added_key(&l.text).is_some());
+        (adds >= n).then_some(())
+    })
+    .await;
+}
+
+/// The first resync, due at `due`, of N unchanged pods: the CPU and the lines
+/// from 2 s before it is due until the output and the CPU have settled.
+pub async fn resync(run: &mut Running, due: Instant) -> (f64, usize) {
+    tokio::time::sleep_until((due - Duration::from_secs(2)).into()).await;
+    let (before, mut cursor) = (cpu_ticks(run.pid), run.len());
+    tokio::time::sleep_until((due + Duration::from_secs(2)).into()).await;
+    run.wait_quiet(true, Duration::from_secs(300)).await;
+    (ticks_to_ms(cpu_ticks(run.pid) - before), run.take_new(&mut cursor).len())
+}
+
 /// The kube-apiserver and etcd cost since `before` (nothing without a control plane).
-pub fn server_cost(cp: Option<&ControlPlane>, before: Option<ServerUsage>, m: &mut Measurement) {
+fn server_cost(cp: Option<&ControlPlane>, before: Option<ServerUsage>, m: &mut Measurement) {
     if let (Some(cp), Some(before)) = (cp, before) {
         let after = cp.usage();
         m.api_cpu_ms = Some(ticks_to_ms(after.apiserver_ticks.saturating_sub(before.apiserver_ticks)));
@@ -91,24 +130,14 @@ pub fn server_cost(cp: Option<&ControlPlane>, before: Option<ServerUsage>, m: &m
 
 pub async fn measure(client: &Client, bins: &Binaries, peer: Peer, n: usize, s: &Settings<'_>) -> Measurement {
     let mut m = Measurement::default();
-    let server_before = s.control_plane.map(ControlPlane::usage);
-    let mut run = Running::spawn(bins.command(peer, s.kubeconfig, s.resync), s.log(n, peer.slug()));
 
     // 1. Time to sync, the CPU it took, and what it cost the servers.
-    let synced_at = wait_synced(&mut run).await;
-    let sync_ticks = cpu_ticks(run.pid);
-    m.sync_ms = ms(synced_at - run.spawned);
-    m.sync_cpu_ms = ticks_to_ms(sync_ticks);
-    server_cost(s.control_plane, server_before, &mut m);
+    let cmd = bins.command(peer, s.kubeconfig, s.resync);
+    let (mut run, synced_at, sync_ticks) = spawn_synced(cmd, s.log(n, peer.slug()), s, &mut m).await;
 
     // 2. Memory once every pod is cached and (for a logger) logged.
     if peer.is_logger() {
-        let mut adds = 0;
-        run.wait_for(&format!("{n} initial add lines"), 0, Duration::from_secs(900), |l| {
-            adds += usize::from(added_key(&l.text).is_some());
-            (adds >= n).then_some(())
-        })
-        .await;
+        wait_initial_adds(&mut run, n).await;
     }
     run.wait_quiet(!peer.is_logger(), Duration::from_secs(120)).await;
     (m.peak_mib, m.steady_mib) = memory_mib(run.pid);
@@ -142,12 +171,8 @@ pub async fn measure(client: &Client, bins: &Binaries, peer: Peer, n: usize, s: 
     // 4. The first resync, of N unchanged pods: CPU and lines from just
     //    before it is due until the output and the CPU have settled.
     if peer.has_resync() {
-        tokio::time::sleep_until((resync_due - Duration::from_secs(2)).into()).await;
-        let (before, mut cursor) = (cpu_ticks(run.pid), run.len());
-        tokio::time::sleep_until((resync_due + Duration::from_secs(2)).into()).await;
-        run.wait_quiet(true, Duration::from_secs(300)).await;
-        m.resync_cpu_ms = Some(ticks_to_ms(cpu_ticks(run.pid) - before));
-        m.resync_lines = Some(run.take_new(&mut cursor).len());
+        let (cpu, lines) = resync(&mut run, resync_due).await;
+        (m.resync_cpu_ms, m.resync_lines) = (Some(cpu), Some(lines));
     }
 
     // 5. The burst, with the bare watch beside the logger.
@@ -157,7 +182,7 @@ pub async fn measure(client: &Client, bins: &Binaries, peer: Peer, n: usize, s: 
 
     // 6. A forced relist of the N pods.
     if let Some(cp) = s.control_plane {
-        m.relist_peak_mib = relist(cp, &mut run, sync_ticks).await;
+        [m.relist_peak_mib] = relist(cp, [(&mut run, sync_ticks)]).await;
     }
     run.stop().await;
     m
@@ -218,34 +243,51 @@ async fn first_lines(run: &mut Running, from: usize, prefix: &str, count: usize)
 }
 
 /// Restarts kube-apiserver over a compacted etcd (see
-/// [`ControlPlane::restart_compacted`]) and returns the logger's peak RSS
-/// while it relists, or `None` when no relist could be seen.
+/// [`ControlPlane::restart_compacted`]) and returns the peak RSS of each
+/// process in `runs` (with its CPU ticks for its first list) while it
+/// relists, or `None` where no relist could be seen.
 ///
-/// The relist is seen by its cost: the logger's CPU grows by at least half
+/// A relist is seen by its cost: the process's CPU grows by at least half
 /// of what its first list took (client-go logs the 410 only at -v=4, so a
 /// line cannot be the signal for every peer). A 410 line, where a peer prints
 /// one, only ends the wait for it early.
-async fn relist(cp: &ControlPlane, run: &mut Running, sync_ticks: u64) -> Option<f64> {
-    reset_peak(run.pid);
-    let (from, before) = (run.len(), cpu_ticks(run.pid));
+pub async fn relist<const N: usize>(cp: &ControlPlane, mut runs: [(&mut Running, u64); N]) -> [Option<f64>; N] {
+    let mut before = [(0, 0); N];
+    for ((run, _), before) in runs.iter().zip(&mut before) {
+        reset_peak(run.pid);
+        *before = (run.len(), cpu_ticks(run.pid));
+    }
     // Blocking (processes, curl); the runtime's other worker keeps serving Ctrl-C.
     tokio::task::block_in_place(|| cp.restart_compacted());
     let gone = |l: &Line| {
         let t = l.text.to_ascii_lowercase();
         (t.contains("410") || t.contains("too old") || t.contains("expired")).then_some(())
     };
-    let _ = run.try_wait_for(from, Duration::from_secs(20), gone).await;
+    for ((run, _), (from, _)) in runs.iter_mut().zip(&before) {
+        let _ = run.try_wait_for(*from, Duration::from_secs(20), gone).await;
+    }
     let deadline = Instant::now() + Duration::from_secs(90);
-    while cpu_ticks(run.pid).saturating_sub(before) < (sync_ticks / 2).max(2) {
-        run.check_alive();
-        if Instant::now() >= deadline {
-            eprintln!("bench: no relist seen within 90 s of the restart (CPU did not grow): no relist peak");
-            return None;
+    let mut seen = [false; N];
+    while seen.contains(&false) && Instant::now() < deadline {
+        for (((run, sync_ticks), (_, ticks)), seen) in runs.iter_mut().zip(&before).zip(&mut seen) {
+            run.check_alive();
+            *seen |= cpu_ticks(run.pid).saturating_sub(*ticks) >= (*sync_ticks / 2).max(2);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    run.wait_quiet(true, Duration::from_secs(300)).await;
-    Some(memory_mib(run.pid).0)
+    let mut peaks = [None; N];
+    for (((run, _), seen), peak) in runs.iter_mut().zip(seen).zip(&mut peaks) {
+        if !seen {
+            eprintln!(
+                "bench: pid {}: no relist seen within 90 s of the restart (CPU did not grow): no relist peak",
+                run.pid
+            );
+            continue;
+        }
+        run.wait_quiet(true, Duration::from_secs(300)).await;
+        *peak = Some(memory_mib(run.pid).0);
+    }
+    peaks
 }
 
 pub fn ms(d: Duration) -> f64 {

@@ -18,10 +18,10 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Client;
 use kube::api::{Api, DeleteParams};
 
-use crate::cluster::{self, ControlPlane};
-use crate::measure::{Measurement, Settings, ms, server_cost, wait_synced};
+use crate::cluster;
+use crate::measure::{Measurement, Settings, ms, relist, resync, spawn_synced, wait_initial_adds};
 use crate::peers::{Binaries, Peer};
-use crate::process::{Running, added_key, cpu_ticks, memory_mib, reset_peak, ticks_to_ms};
+use crate::process::{cpu_ticks, memory_mib, ticks_to_ms};
 
 /// The leader's measurement and the standby's, at one N.
 pub struct Pair {
@@ -40,31 +40,17 @@ pub async fn measure(client: &Client, bins: &Binaries, n: usize, s: &Settings<'_
     let (mut leader, mut standby) = (Measurement::default(), Measurement::default());
 
     // 1. The leader: it takes the free Lease, syncs and logs every pod once.
-    let server_before = s.control_plane.map(ControlPlane::usage);
-    let mut lead = Running::spawn(elect(command(), &lease_ns), s.log(n, "demo-controller-leader"));
-    let lead_synced = wait_synced(&mut lead).await;
-    let lead_sync_ticks = cpu_ticks(lead.pid);
-    leader.sync_ms = ms(lead_synced - lead.spawned);
-    leader.sync_cpu_ms = ticks_to_ms(lead_sync_ticks);
-    server_cost(s.control_plane, server_before, &mut leader);
+    let log = s.log(n, "demo-controller-leader");
+    let (mut lead, lead_synced, lead_sync_ticks) = spawn_synced(elect(command(), &lease_ns), log, s, &mut leader).await;
     lead.wait_for("became leader", 0, Duration::from_secs(120), |l| l.text.contains("became leader").then_some(()))
         .await;
-    let mut adds = 0;
-    lead.wait_for(&format!("{n} initial add lines"), 0, Duration::from_secs(900), |l| {
-        adds += usize::from(added_key(&l.text).is_some());
-        (adds >= n).then_some(())
-    })
-    .await;
+    wait_initial_adds(&mut lead, n).await;
     lead.wait_quiet(false, Duration::from_secs(120)).await;
 
     // 2. The standby: it finds the Lease held, syncs its cache and logs nothing.
-    let server_before = s.control_plane.map(ControlPlane::usage);
-    let mut stand = Running::spawn(elect(command(), &lease_ns), s.log(n, "demo-controller-standby"));
-    let stand_synced = wait_synced(&mut stand).await;
-    let stand_sync_ticks = cpu_ticks(stand.pid);
-    standby.sync_ms = ms(stand_synced - stand.spawned);
-    standby.sync_cpu_ms = ticks_to_ms(stand_sync_ticks);
-    server_cost(s.control_plane, server_before, &mut standby);
+    let log = s.log(n, "demo-controller-standby");
+    let (mut stand, stand_synced, stand_sync_ticks) =
+        spawn_synced(elect(command(), &lease_ns), log, s, &mut standby).await;
     stand.wait_for("standing by", 0, Duration::from_secs(60), |l| l.text.contains("standing by").then_some(())).await;
     // It prints nothing while its workers take the first list in: quiet means its CPU too.
     stand.wait_quiet(true, Duration::from_secs(120)).await;
@@ -100,8 +86,8 @@ pub async fn measure(client: &Client, bins: &Binaries, n: usize, s: &Settings<'_
 
     // 5. A forced relist: both relist the N pods at once.
     if let Some(cp) = s.control_plane {
-        (leader.relist_peak_mib, standby.relist_peak_mib) =
-            relist(cp, (&mut lead, lead_sync_ticks), (&mut stand, stand_sync_ticks)).await;
+        [leader.relist_peak_mib, standby.relist_peak_mib] =
+            relist(cp, [(&mut lead, lead_sync_ticks), (&mut stand, stand_sync_ticks)]).await;
     }
     stand.stop().await;
     lead.stop().await;
@@ -125,64 +111,4 @@ fn elect(mut cmd: std::process::Command, namespace: &str) -> std::process::Comma
         "60s",
     ]);
     cmd
-}
-
-/// One replica's first resync, due at `due`: its CPU and the lines about a
-/// pod it printed, from 2 s before until its output and CPU settle after it.
-async fn resync(run: &mut Running, due: Instant) -> (f64, usize) {
-    tokio::time::sleep_until((due - Duration::from_secs(2)).into()).await;
-    let (before, mut cursor) = (cpu_ticks(run.pid), run.len());
-    tokio::time::sleep_until((due + Duration::from_secs(2)).into()).await;
-    run.wait_quiet(true, Duration::from_secs(300)).await;
-    (ticks_to_ms(cpu_ticks(run.pid) - before), lines_of_pods(&run.take_new(&mut cursor)))
-}
-
-/// The lines about a pod among `lines` (a resync of unchanged pods prints none).
-fn lines_of_pods(lines: &[crate::process::Line]) -> usize {
-    lines.iter().filter(|l| ["onAdd", "onUpdate", "onDelete"].iter().any(|w| l.text.contains(w))).count()
-}
-
-/// Restarts kube-apiserver over a compacted etcd and returns each one's peak
-/// RSS while it relists (`None` where no relist was seen: see measure.rs).
-async fn relist(
-    cp: &ControlPlane,
-    lead: (&mut Running, u64),
-    stand: (&mut Running, u64),
-) -> (Option<f64>, Option<f64>) {
-    let (lead, lead_sync_ticks) = lead;
-    let (stand, stand_sync_ticks) = stand;
-    reset_peak(lead.pid);
-    reset_peak(stand.pid);
-    let before = (cpu_ticks(lead.pid), cpu_ticks(stand.pid));
-    let from = (lead.len(), stand.len());
-    // Blocking (processes, curl); the runtime's other worker keeps serving Ctrl-C.
-    tokio::task::block_in_place(|| cp.restart_compacted());
-    // As in measure.rs: the 410 line, where it comes, before the CPU is read
-    // (the retries while the server was down cost CPU too).
-    let gone = |l: &crate::process::Line| {
-        let t = l.text.to_ascii_lowercase();
-        (t.contains("410") || t.contains("too old") || t.contains("expired")).then_some(())
-    };
-    let _ = lead.try_wait_for(from.0, Duration::from_secs(20), gone).await;
-    let _ = stand.try_wait_for(from.1, Duration::from_secs(20), gone).await;
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let mut seen = (false, false);
-    while !(seen.0 && seen.1) && Instant::now() < deadline {
-        lead.check_alive();
-        stand.check_alive();
-        seen.0 |= cpu_ticks(lead.pid).saturating_sub(before.0) >= (lead_sync_ticks / 2).max(2);
-        seen.1 |= cpu_ticks(stand.pid).saturating_sub(before.1) >= (stand_sync_ticks / 2).max(2);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    lead.wait_quiet(true, Duration::from_secs(300)).await;
-    stand.wait_quiet(true, Duration::from_secs(300)).await;
-    for (who, seen) in [("leader", seen.0), ("standby", seen.1)] {
-        if !seen {
-            eprintln!(
-                "bench: two replicas: the {who}'s relist was not seen within 90 s of the restart: no relist peak"
-            );
-        }
-    }
-    let peak = |run: &Running, seen: bool| seen.then(|| memory_mib(run.pid).0);
-    (peak(lead, seen.0), peak(stand, seen.1))
 }
