@@ -586,6 +586,8 @@ pub struct Elector {
     mark: Option<u64>,
     /// The holder we last said we stand by for (said once per holder).
     standing_by: Option<String>,
+    /// The last try failed: the next failures say nothing until a try
+    /// reaches the lease again (leading or not), so an outage is one line.
     failing: bool,
     /// When the current try started: a renew deadline runs from there.
     attempt: Instant,
@@ -671,7 +673,9 @@ impl Elector {
                     self.gate.renewed(started + self.timings.renew_deadline);
                     self.failing = false;
                 }
-                Ok(Ok(false)) => {}
+                // Reached, and another leads (or the lease is not ours to
+                // take yet): the next failure is a new outage.
+                Ok(Ok(false)) => self.failing = false,
                 Ok(Err(err)) if !self.failing => {
                     self.failing = true;
                     warn!(lease = self.name, "cannot reach the lease (retrying every retry period): {err}");
