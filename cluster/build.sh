@@ -12,7 +12,7 @@ set -euo pipefail
 
 # First, before any other command: say what is missing in one line.
 if ! command -v go >/dev/null 2>&1; then
-	echo "error: Go is not installed; the local control plane is built from Go modules: install Go 1.25 or newer (https://go.dev/dl) and run this again" >&2
+	echo "error: Go is not installed; the local control plane is built from Go modules: install Go 1.26 or newer (https://go.dev/dl) and run this again" >&2
 	exit 1
 fi
 

@@ -135,20 +135,55 @@ fn two_replicas_elect_a_leader_on_a_lease_of_their_own_namespace() {
     assert_eq!(binding["subjects"][0]["name"], "demo-controller");
 }
 
+/// The Go that builds these modules without fetching a newer toolchain: the
+/// highest of their go.mod files' `go` lines, as "1.26".
+fn go_needed(files: &[&str]) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let versions = files.iter().map(|file| {
+        let text = std::fs::read_to_string(root.join(file)).expect(file);
+        let line = text.lines().find_map(|l| l.strip_prefix("go ")).unwrap_or_else(|| panic!("{file}: no go line"));
+        let mut parts = line.trim().split('.').map(|p| p.parse::<u32>().unwrap_or_else(|_| panic!("{file}: {line}")));
+        (parts.next().unwrap_or_default(), parts.next().unwrap_or_default())
+    });
+    let (major, minor) = versions.max().expect("a go.mod");
+    format!("{major}.{minor}")
+}
+
 #[test]
-fn building_the_control_plane_without_go_says_what_to_install() {
-    let out = std::process::Command::new("/bin/bash")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster/build.sh"))
-        .env_clear()
-        .env("PATH", "/nonexistent")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr),
-        "error: Go is not installed; the local control plane is built from Go modules: install Go 1.25 or newer \
-         (https://go.dev/dl) and run this again\n"
-    );
+fn the_go_the_readme_asks_for_builds_every_module() {
+    let go = go_needed(&[
+        "bench/go-logger/go.mod",
+        "cluster/etcd/go.mod",
+        "cluster/kube-apiserver/go.mod",
+        "cluster/node/go.mod",
+    ]);
+    assert!(read("README.md").contains(&format!(", Go {go} or newer,")), "the README's prerequisites: Go {go}");
+}
+
+#[test]
+fn building_without_go_says_what_to_install() {
+    let plane = ["cluster/etcd/go.mod", "cluster/kube-apiserver/go.mod"];
+    for (script, what, modules) in [
+        ("cluster/build.sh", "the local control plane is built", &plane[..]),
+        ("cluster/node/build.sh", "the node's binaries are built", &["cluster/node/go.mod"][..]),
+    ] {
+        let out = std::process::Command::new("/bin/bash")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(script))
+            .env_clear()
+            .env("PATH", "/nonexistent")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{script}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!(
+                "error: Go is not installed; {what} from Go modules: install Go {} or newer (https://go.dev/dl) and \
+                 run this again\n",
+                go_needed(modules)
+            ),
+            "{script}"
+        );
+    }
 }
 
 /// The README's layout block names every folder of the repository (each by
