@@ -330,6 +330,46 @@ fn tour_count() -> String {
 
 // --- introduction.md: each chapter's reading time ----------------------------
 
+/// operations.md: the flags as `demo-controller -h` prints them (the binary
+/// this test was built with), its lines wrapped at 110 columns for the page.
+fn help_flags() -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_demo-controller")).arg("-h").output().unwrap();
+    assert!(out.status.success(), "demo-controller -h: {out:?}");
+    let help = String::from_utf8(out.stdout).unwrap();
+    let (_, options) = help.split_once("Options:\n").expect("an Options: section");
+    let mut block = String::from("```text\n");
+    for line in options.lines() {
+        wrap(line, 110, &mut block);
+    }
+    block.push_str("```\n");
+    block
+}
+
+/// Appends `line` to `out`, wrapped at `width` columns between words; the
+/// lines it adds start under the line's text (a flag's description, where two
+/// spaces or more follow the flag).
+fn wrap(line: &str, width: usize, out: &mut String) {
+    let lead = line.len() - line.trim_start().len();
+    let indent = match line[lead..].find("  ") {
+        Some(gap) => lead + gap + line[lead + gap..].len() - line[lead + gap..].trim_start().len(),
+        None => lead,
+    };
+    let mut current = line[..indent].to_string();
+    for word in line[indent..].split(' ') {
+        if current.len() > indent && current.chars().count() + 1 + word.chars().count() > width {
+            out.push_str(current.trim_end());
+            out.push('\n');
+            current = " ".repeat(indent);
+        }
+        if current.len() > indent {
+            current.push(' ');
+        }
+        current.push_str(word);
+    }
+    out.push_str(&current);
+    out.push('\n');
+}
+
 /// The reading rates (a choice, stated once in the block): prose, and the
 /// comments in code, in words a minute; code, commands and program output in
 /// lines a minute, 12 s a line, for a Go author reading Rust.
@@ -675,6 +715,7 @@ const BLOCKS: &[Block] = &[
     ("bench-targets", "book/src/appendix/benchmarks.md", bench_targets),
     ("bench-summary", "book/src/appendix/benchmarks.md", bench_summary),
     ("tour-count", "book/src/tour.md", tour_count),
+    ("help-flags", "book/src/appendix/operations.md", help_flags),
     ("setup-times", "book/src/appendix/setup.md", setup_times),
     ("readme-setup", "README.md", readme_setup),
     ("reading-times", "book/src/introduction.md", reading_times),
