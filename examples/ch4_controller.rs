@@ -345,7 +345,7 @@ async fn on_signal(shutdown: CancellationToken) {
 //   src/worker.rs `decide` logs onAdd then onDelete.
 // - The final state in onDelete and what changed in onUpdate, with the
 //   reasons kubectl describe would give (OOMKilled, exit 3, CrashLoopBackOff):
-//   src/describe.rs `PodState::diff`, src/worker.rs `log`.
+//   src/describe.rs `PodState::diff`, src/line.rs `log`.
 // - Retries with a backoff that grows, Forget and a retry limit, for a sync
 //   that fails: src/controller.rs `process_next_work_item`, `MAX_ATTEMPTS`,
 //   src/queue.rs `Queue::add_rate_limited`. (In the logger only the fault

@@ -21,7 +21,7 @@
 //!
 //! What it does differently from chapter 4: there is no onAdd, onUpdate or
 //! onDelete. `reconcile` gets the object as it is now, never the event or the
-//! old state, and a deleted object is not reconciled at all (see `main`'s
+//! old state, and a deleted object is not reconciled at all (see `run`'s
 //! loop). So this chapter logs what each pod *is*, not what happened to it.
 
 use std::convert::Infallible;

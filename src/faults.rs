@@ -34,8 +34,8 @@ use crate::key::Key;
 pub const ENV: &str = "DEMO_CONTROLLER_FAULTS";
 
 /// A failure this seam made on purpose. It is its own type (not the
-/// worker's `SyncError`) so that this module depends on nothing but the key,
-/// and the worker wraps it like any other reason a sync can fail.
+/// controller's `SyncError`) so that this module depends on nothing but the key,
+/// and the controller wraps it like any other reason a sync can fail.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct Injected(String);

@@ -15,7 +15,7 @@
 //!   `Word` and `Text` the JSON path uses (text.rs), so both wires give the
 //!   same cached pod (what text is fit for a line is the logger's rule, not
 //!   the reader's);
-//! - a watch whose connection broke: one line, a metric and /healthz's
+//! - a watch whose connection broke: one line, a metric and /readyz's
 //!   reason ([`watch_interrupted`]), whichever watcher saw it.
 
 use std::mem::take;
@@ -155,7 +155,7 @@ pub fn watch_interrupted(why: Interruption, then: Option<protobuf::Then>) {
     crate::probes::watch_error(Some(reason));
 }
 
-/// The reason (for /healthz) and the line of [`watch_interrupted`].
+/// The reason (for /readyz) and the line of [`watch_interrupted`].
 fn interrupted(why: Interruption, then: Option<protobuf::Then>) -> (String, String) {
     let reason = match why {
         Interruption::ClosedMidStream => {
