@@ -25,6 +25,8 @@ if [[ ! $n =~ ^[1-9]$ ]] || ((n > ${#chapters[@]})); then
 fi
 example=${chapters[n - 1]}
 ns=play
+# Where cargo builds the chapter, checked before anything is built there.
+target=$(cargo_target) || exit 1
 
 # The command first: the path DIR will have once made, resolved.
 kubeconfig=$(realpath -m -- "$dir")/kubeconfig
@@ -51,5 +53,6 @@ post "/api/v1/namespaces/$ns/serviceaccounts" '{"apiVersion":"v1","kind":"Servic
 step "examples/$example.rs (cargo build --example $example)" "chapter-build" cargo build --locked --example "$example"
 log "running examples/$example.rs -n $ns ${ARGS:-}  (Ctrl-C stops it; the control plane stays up: make cluster-down)"
 export KUBECONFIG=$dir/kubeconfig
+program=$(built "$target" "debug/examples/$example") || exit 1
 # shellcheck disable=SC2086 # ARGS: the learner's flags, split as a shell would
-exec "${CARGO_TARGET_DIR:-target}/debug/examples/$example" -n "$ns" ${ARGS:-}
+exec "$program" -n "$ns" ${ARGS:-}

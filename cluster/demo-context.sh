@@ -16,6 +16,9 @@ cd "$repo"
 source cluster/context.sh
 log() { echo "demo.sh: $*" >&2; }
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
+source cluster/proc.sh # step, cargo_target, built
+# Where cargo builds demo-controller, checked before anything is built there.
+target=$(cargo_target) || exit 1
 
 command -v kubectl >/dev/null 2>&1 || { log "error: CONTEXT=$ctx needs kubectl on PATH: install it (within one minor version of the cluster's)"; exit 1; }
 if ! kubectl config get-contexts -o name 2>/dev/null | grep -qxF -- "$ctx"; then
@@ -46,8 +49,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-source cluster/proc.sh # step
 step "demo-controller (cargo build)" demo-build cargo build --locked
+logger_bin=$(built "$target" debug/demo-controller) || exit 1
 
 # The API server picks the name (generateName), so no run meets another's.
 ns=$(k create -o jsonpath='{.metadata.name}' -f - <<<'{"apiVersion":"v1","kind":"Namespace","metadata":{"generateName":"demo-controller-","labels":{"app.kubernetes.io/created-by":"demo-controller-demo"}}}')
@@ -60,7 +63,7 @@ k -n "$ns" get serviceaccount default >/dev/null 2>&1 || k -n "$ns" create servi
 
 work=$(mktemp -d) # 0700, ours: demo-controller's log, to see when its cache has synced
 say "starting demo-controller -n $ns (its log lines follow)"
-target/debug/demo-controller --context "$ctx" -n "$ns" --probe-addr 0 --metrics-addr 0 > >(tee "$work/log") 2>&1 &
+"$logger_bin" --context "$ctx" -n "$ns" --probe-addr 0 --metrics-addr 0 > >(tee "$work/log") 2>&1 &
 logger=$!
 for _ in $(seq 100); do grep -q "cache synced" "$work/log" 2>/dev/null && break; sleep 0.1; done
 

@@ -19,6 +19,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # repo, dir, marker, the directory guard
 log() { echo "demo.sh: $*" >&2; }
 cd "$repo"
+# Where cargo builds demo-controller, checked before anything is built there
+# (all three lessons below run what it builds).
+target=$(cargo_target) || exit 1
 
 # The cluster a learner already has: CONTEXT when set, else the current
 # context when it is a local one that answers (cluster/context.sh). The
@@ -72,6 +75,7 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 step "demo-controller (cargo build)" demo-build cargo build --locked
+logger_bin=$(built "$target" debug/demo-controller) || exit 1
 
 if ((ours)); then
 	say "starting the local control plane (kube-apiserver on 127.0.0.1, etcd on a unix socket)"
@@ -87,7 +91,7 @@ source "$dir/env"
 say "starting demo-controller (its log lines follow)"
 # Its output goes to the terminal and to a file; with process substitution
 # `$!` is the logger itself, the process to signal at the end.
-target/debug/demo-controller --probe-addr 0 --metrics-addr 0 > >(tee "$logfile") 2>&1 &
+"$logger_bin" --probe-addr 0 --metrics-addr 0 > >(tee "$logfile") 2>&1 &
 logger=$!
 for _ in $(seq 100); do grep -q "cache synced" "$logfile" 2>/dev/null && break; sleep 0.1; done
 

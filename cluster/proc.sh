@@ -224,6 +224,33 @@ claim_dir() {
 	echo created >"$dir/$marker"
 }
 
+# --- What cargo built -------------------------------------------------------------
+# The demos and the chapters run the binaries cargo builds, root too. Cargo
+# builds into CARGO_TARGET_DIR when it is set, so that directory is checked
+# like any other path root runs from (see checked): only root, we or the
+# repository's owner may be able to change it.
+target_hint="set CARGO_TARGET_DIR to a directory only you (or the repository's owner) can change, or unset it"
+
+# cargo_target: checks the directory cargo will build into before anything
+# is built there (one that does not exist yet by the deepest directory above
+# it that does), and prints it; fails with one line when it is refused.
+# shellcheck disable=SC2154 # repo: set by the caller
+cargo_target() {
+	local p
+	p=$(realpath -m -s -- "${CARGO_TARGET_DIR:-$repo/target}")
+	local q=$p
+	while [[ ! -e $q && ! -L $q ]]; do q=$(dirname -- "$q"); done
+	TRUSTED_UID=$(stat -c %u "$repo") TRUSTED_HINT=$target_hint checked "$q" >/dev/null || return 1
+	echo "$p"
+}
+
+# built TARGET FILE: FILE below the target directory TARGET (cargo_target),
+# resolved and checked once cargo has built it; the caller runs the printed
+# path (see checked). Fails with one line when it is refused.
+built() {
+	TRUSTED_UID=$(stat -c %u "$repo") TRUSTED_HINT=$target_hint checked "$1/$2"
+}
+
 # --- Quiet steps -------------------------------------------------------------------
 # step LABEL NAME CMD...: one slow step of the set-up (a build, the packages)
 # as one line on stderr, the way a progress bar would: LABEL, the seconds it

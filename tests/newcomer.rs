@@ -107,6 +107,39 @@ fn a_bad_chapter_number_is_one_line_naming_the_valid_ones_and_exit_2() {
     }
 }
 
+/// The demos and the chapters run what cargo builds, root too: a
+/// CARGO_TARGET_DIR that another user could change (here: anyone may write
+/// to it, and no sticky bit keeps their entries apart) is one line and exit
+/// 1, before anything is built there.
+#[test]
+fn a_cargo_target_dir_others_can_change_is_one_line_and_exit_1() {
+    use std::os::unix::fs::PermissionsExt;
+    let open = std::env::temp_dir().join(format!("demo-controller-open-target-{}", std::process::id()));
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let path = open.to_str().unwrap();
+    for (script, prefix, env) in [
+        ("cluster/demo.sh", "demo.sh", vec![("CARGO_TARGET_DIR", path)]),
+        ("cluster/demo-context.sh", "demo.sh", vec![("CARGO_TARGET_DIR", path)]),
+        ("cluster/chapter.sh", "chapter.sh", vec![("CARGO_TARGET_DIR", path), ("N", "1")]),
+    ] {
+        let args: Vec<&str> = if script.ends_with("demo-context.sh") { vec![script, "ctx"] } else { vec![script] };
+        let (code, lines) = run(&args, &env);
+        assert_eq!(code, 1, "{script}: {lines:?}");
+        assert_eq!(
+            lines,
+            [format!(
+                "{prefix}: error: refusing to use {path}: {path} is writable by other users (mode 777), so one of them \
+                 could have replaced it; set CARGO_TARGET_DIR to a directory only you (or the repository's owner) \
+                 can change, or unset it"
+            )],
+            "{script}"
+        );
+    }
+    assert_eq!(std::fs::read_dir(&open).unwrap().count(), 0, "something was built in {path}");
+    std::fs::remove_dir(&open).unwrap();
+}
+
 #[tokio::test]
 #[ignore = "needs the local control plane: run `make test`"]
 async fn the_current_context_is_used_when_it_is_local_and_answers() {

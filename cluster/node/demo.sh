@@ -17,6 +17,7 @@ log() { echo "node/demo.sh: $*" >&2; }
 source "$here/lib.sh"
 parse_dir "$@"
 cd "$repo"
+target=$(cargo_target) || exit 1 # where cargo builds demo-controller, checked first
 # A DIR that exists goes through the directory guard (proc.sh) before
 # anything in it is read; a node running there is not ours to stop.
 ours=1
@@ -51,6 +52,7 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 step "demo-controller (cargo build)" demo-build cargo build --locked
+logger_bin=$(built "$target" debug/demo-controller) || exit 1
 
 if ((ours)); then
 	say "starting a real one-node cluster: kube-apiserver, etcd, containerd, kubelet, scheduler, controller-manager, kube-proxy"
@@ -85,7 +87,7 @@ wait_until() {
 }
 
 say "starting demo-controller (its log lines follow)"
-target/debug/demo-controller --probe-addr 0 --metrics-addr 0 > >(tee "$logfile") 2>&1 &
+"$logger_bin" --probe-addr 0 --metrics-addr 0 > >(tee "$logfile") 2>&1 &
 logger=$!
 for _ in $(seq 100); do grep -q "cache synced" "$logfile" 2>/dev/null && break; sleep 0.1; done
 
