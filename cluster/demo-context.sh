@@ -34,11 +34,7 @@ k() { kubectl --context "$ctx" "$@"; }
 ns='' logger='' work=''
 cleanup() {
 	trap - EXIT INT TERM
-	if [[ -n $logger ]] && kill -0 "$logger" 2>/dev/null; then
-		say "stopping demo-controller (SIGTERM: it drains its queue and exits 0)"
-		kill -TERM "$logger" 2>/dev/null || true
-		wait "$logger" 2>/dev/null || true
-	fi
+	stop_logger
 	if [[ -n $ns ]]; then
 		say "kubectl delete namespace $ns   (the demo's namespace, and all in it)"
 		k delete namespace "$ns" --wait=false >/dev/null || log "error: could not delete namespace $ns: delete it with kubectl --context $ctx delete namespace $ns"

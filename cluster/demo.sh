@@ -58,11 +58,7 @@ pods=/api/v1/namespaces/default/pods
 
 cleanup() {
 	trap - EXIT INT TERM
-	if [[ -n $logger ]] && kill -0 "$logger" 2>/dev/null; then
-		say "stopping demo-controller (SIGTERM: it drains its queue and exits 0)"
-		kill -TERM "$logger" 2>/dev/null || true
-		wait "$logger" 2>/dev/null || true
-	fi
+	stop_logger
 	if ((ours)); then
 		say "stopping the local control plane"
 		bash cluster/down.sh --dir "$dir"
@@ -92,6 +88,7 @@ say "starting demo-controller (its log lines follow)"
 # Its output goes to the terminal and to a file; with process substitution
 # `$!` is the logger itself, the process to signal at the end.
 "$logger_bin" --probe-addr 0 --metrics-addr 0 > >(tee "$logfile") 2>&1 &
+# shellcheck disable=SC2034 # logger: read by stop_logger (proc.sh) at the end
 logger=$!
 for _ in $(seq 100); do grep -q "cache synced" "$logfile" 2>/dev/null && break; sleep 0.1; done
 

@@ -251,6 +251,17 @@ built() {
 	TRUSTED_UID=$(stat -c %u "$repo") TRUSTED_HINT=$target_hint checked "$1/$2"
 }
 
+# stop_logger: the demos' end. SIGTERM to the logger they started ($logger,
+# set by the caller, as is say), if it still runs, then a wait for its
+# drain: it logs what is queued and exits 0.
+stop_logger() {
+	if [[ -n ${logger:-} ]] && kill -0 "$logger" 2>/dev/null; then
+		say "stopping demo-controller (SIGTERM: it drains its queue and exits 0)"
+		kill -TERM "$logger" 2>/dev/null || true
+		wait "$logger" 2>/dev/null || true
+	fi
+}
+
 # --- Quiet steps -------------------------------------------------------------------
 # step LABEL NAME CMD...: one slow step of the set-up (a build, the packages)
 # as one line on stderr, the way a progress bar would: LABEL, the seconds it

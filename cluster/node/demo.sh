@@ -34,11 +34,7 @@ say() { printf '\n\033[1m==> [%3d s] %s\033[0m\n' "$((SECONDS - t0))" "$*" >&2; 
 
 cleanup() {
 	trap - EXIT INT TERM
-	if [[ -n $logger ]] && kill -0 "$logger" 2>/dev/null; then
-		say "stopping demo-controller (SIGTERM: it drains its queue and exits 0)"
-		kill -TERM "$logger" 2>/dev/null || true
-		wait "$logger" 2>/dev/null || true
-	fi
+	stop_logger
 	if ((ours)); then
 		say "stopping the node (its namespaces, cgroups and directory go with it)"
 		bash cluster/node/down.sh --dir "$dir"
@@ -88,6 +84,7 @@ wait_until() {
 
 say "starting demo-controller (its log lines follow)"
 "$logger_bin" --probe-addr 0 --metrics-addr 0 > >(tee "$logfile") 2>&1 &
+# shellcheck disable=SC2034 # logger: read by stop_logger (proc.sh) at the end
 logger=$!
 for _ in $(seq 100); do grep -q "cache synced" "$logfile" 2>/dev/null && break; sleep 0.1; done
 
