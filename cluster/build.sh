@@ -18,7 +18,8 @@ fi
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 log() { echo "build.sh: $*" >&2; }
-source "$here/proc.sh" # cache_dir
+source "$here/proc.sh" # cache_dir, go_caches
+go_caches || exit 1
 
 # Versions, in one place; go.mod files pin the same ones.
 k8s_version=v1.35.4

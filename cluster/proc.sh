@@ -157,6 +157,18 @@ cache_dir() {
 	make_dirs "${DEMO_CONTROLLER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/demo-controller}/$1"
 }
 
+# go_caches: Go's build and module caches (`go env GOCACHE GOMODCACHE`),
+# made if missing and checked (make_dirs): go build trusts what they hold,
+# and root runs what it builds, so a cache another user could change (an
+# inherited GOCACHE in a shared directory) is refused in one line.
+go_caches() {
+	local d dirs
+	mapfile -t dirs < <(go env GOCACHE GOMODCACHE)
+	for d in "${dirs[@]}"; do
+		TRUSTED_HINT="set GOCACHE and GOMODCACHE to directories of your own, or unset them" make_dirs "$d" >/dev/null || return 1
+	done
+}
+
 # --- The directory guard ---------------------------------------------------------
 # Every script that works in or removes a DIR (cluster/up.sh and down.sh, the
 # node's up.sh, down.sh and exec.sh, and so both demos) goes through these:

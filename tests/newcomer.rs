@@ -113,11 +113,8 @@ fn a_bad_chapter_number_is_one_line_naming_the_valid_ones_and_exit_2() {
 /// 1, before anything is built there.
 #[test]
 fn a_cargo_target_dir_others_can_change_is_one_line_and_exit_1() {
-    use std::os::unix::fs::PermissionsExt;
-    let open = std::env::temp_dir().join(format!("demo-controller-open-target-{}", std::process::id()));
-    std::fs::create_dir(&open).unwrap();
-    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let path = open.to_str().unwrap();
+    let open = OpenDir::new("open-target");
+    let path = open.path();
     for (script, prefix, env) in [
         ("cluster/demo.sh", "demo.sh", vec![("CARGO_TARGET_DIR", path)]),
         ("cluster/demo-context.sh", "demo.sh", vec![("CARGO_TARGET_DIR", path)]),
@@ -136,8 +133,7 @@ fn a_cargo_target_dir_others_can_change_is_one_line_and_exit_1() {
             "{script}"
         );
     }
-    assert_eq!(std::fs::read_dir(&open).unwrap().count(), 0, "something was built in {path}");
-    std::fs::remove_dir(&open).unwrap();
+    assert!(open.is_empty(), "something was built in {path}");
 }
 
 #[tokio::test]

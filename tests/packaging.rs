@@ -135,6 +135,16 @@ fn two_replicas_elect_a_leader_on_a_lease_of_their_own_namespace() {
     assert_eq!(binding["subjects"][0]["name"], "demo-controller");
 }
 
+/// `bash SCRIPT` from the repository, its command set up by `env`.
+fn bash(
+    script: &str,
+    env: impl FnOnce(&mut std::process::Command) -> &mut std::process::Command,
+) -> std::process::Output {
+    let mut cmd = std::process::Command::new("/bin/bash");
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(script));
+    env(&mut cmd).output().unwrap()
+}
+
 /// The Go that builds these modules without fetching a newer toolchain: the
 /// highest of their go.mod files' `go` lines, as "1.26".
 fn go_needed(files: &[&str]) -> String {
@@ -167,12 +177,7 @@ fn building_without_go_says_what_to_install() {
         ("cluster/build.sh", "the local control plane is built", &plane[..]),
         ("cluster/node/build.sh", "the node's binaries are built", &["cluster/node/go.mod"][..]),
     ] {
-        let out = std::process::Command::new("/bin/bash")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(script))
-            .env_clear()
-            .env("PATH", "/nonexistent")
-            .output()
-            .unwrap();
+        let out = bash(script, |cmd| cmd.env_clear().env("PATH", "/nonexistent"));
         assert_eq!(out.status.code(), Some(1), "{script}");
         assert_eq!(
             String::from_utf8_lossy(&out.stderr),
@@ -184,6 +189,28 @@ fn building_without_go_says_what_to_install() {
             "{script}"
         );
     }
+}
+
+/// go build trusts its caches, and root runs what it builds: a GOCACHE that
+/// other users can write to (no sticky bit) is one line and exit 1, before
+/// anything is built.
+#[test]
+fn a_go_cache_others_can_change_is_one_line_and_exit_1() {
+    let open = common::OpenDir::new("open-gocache");
+    let path = open.path();
+    for (script, prefix) in [("cluster/build.sh", "build.sh"), ("cluster/node/build.sh", "node/build.sh")] {
+        let out = bash(script, |cmd| cmd.env("GOCACHE", path));
+        assert_eq!(out.status.code(), Some(1), "{script}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!(
+                "{prefix}: error: refusing to use {path}: {path} is writable by other users (mode 777), so one of them \
+                 could have replaced it; set GOCACHE and GOMODCACHE to directories of your own, or unset them\n"
+            ),
+            "{script}"
+        );
+    }
+    assert!(open.is_empty(), "go wrote to {path}");
 }
 
 /// The README's layout block names every folder of the repository (each by

@@ -16,7 +16,8 @@ fi
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 log() { echo "node/build.sh: $*" >&2; }
-source "$here/../proc.sh" # cache_dir
+source "$here/../proc.sh" # cache_dir, go_caches
+go_caches || exit 1
 k8s_version=v1.35.4
 k8s_commit=7b8c6cf0edd376b3d7c2f255142977c7f93db258
 bins=(kubelet kube-scheduler kube-controller-manager kube-proxy)

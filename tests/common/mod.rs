@@ -454,6 +454,37 @@ pub fn b64(path: &std::path::Path) -> String {
     base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).expect("read pki file"))
 }
 
+/// A new, empty directory `name` (plus this process's id) that every user
+/// may write to, without the sticky bit that keeps their entries apart: a
+/// path the scripts must refuse to build in or run from. Removed on drop.
+pub struct OpenDir(pub PathBuf);
+
+impl OpenDir {
+    pub fn new(name: &str) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
+        OpenDir(path)
+    }
+
+    pub fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+
+    /// Whether nothing was written in it.
+    pub fn is_empty(&self) -> bool {
+        std::fs::read_dir(&self.0).map(|mut d| d.next().is_none()).unwrap_or(false)
+    }
+}
+
+impl Drop for OpenDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 pub fn tmp_file(name: &str, content: &str) -> PathBuf {
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("e2e-files").join(name);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
