@@ -160,11 +160,14 @@ cache_dir() {
 # go_caches: Go's build and module caches (`go env GOCACHE GOMODCACHE`),
 # made if missing and checked (make_dirs): go build trusts what they hold,
 # and root runs what it builds, so a cache another user could change (an
-# inherited GOCACHE in a shared directory) is refused in one line.
+# inherited GOCACHE in a shared directory) is refused in one line, as is a
+# cache Go cannot name (GOCACHE=off, a relative path, no HOME).
 go_caches() {
-	local d dirs
-	mapfile -t dirs < <(go env GOCACHE GOMODCACHE)
-	for d in "${dirs[@]}"; do
+	local out d dirs
+	out=$(go env GOCACHE GOMODCACHE 2>&1) || { log "error: \`go env GOCACHE GOMODCACHE\` failed: ${out%%$'\n'*}"; return 1; }
+	mapfile -t dirs <<<"$out"
+	for d in "${dirs[0]-}" "${dirs[1]-}"; do
+		[[ $d == /* ]] || { log "error: Go names '$d' as a cache (GOCACHE, GOMODCACHE): set both to absolute directories of your own"; return 1; }
 		TRUSTED_HINT="set GOCACHE and GOMODCACHE to directories of your own, or unset them" make_dirs "$d" >/dev/null || return 1
 	done
 }
@@ -237,23 +240,31 @@ claim_dir() {
 }
 
 # --- What cargo built -------------------------------------------------------------
-# The demos and the chapters run the binaries cargo builds, root too. Cargo
-# builds into CARGO_TARGET_DIR when it is set, so that directory is checked
-# like any other path root runs from (see checked): only root, we or the
+# The demos and the chapters run the binaries cargo builds, root too. Where
+# cargo builds is its own choice (CARGO_TARGET_DIR, build.target-dir in a
+# .cargo/config.toml, and on a newer cargo a build directory of its own where
+# it compiles first), so cargo is asked, and each directory is checked like
+# any other path root runs from (see checked): only root, we or the
 # repository's owner may be able to change it.
 target_hint="set CARGO_TARGET_DIR to a directory only you (or the repository's owner) can change, or unset it"
 
-# cargo_target: checks the directory cargo will build into before anything
+# cargo_target: checks the directories cargo will build in before anything
 # is built there (one that does not exist yet by the deepest directory above
-# it that does), and prints it; fails with one line when it is refused.
+# it that does), and prints the target directory, where the binaries end up;
+# fails with one line when one is refused.
 # shellcheck disable=SC2154 # repo: set by the caller
 cargo_target() {
-	local p
-	p=$(realpath -m -s -- "${CARGO_TARGET_DIR:-$repo/target}")
-	local q=$p
-	while [[ ! -e $q && ! -L $q ]]; do q=$(dirname -- "$q"); done
-	TRUSTED_UID=$(stat -c %u "$repo") TRUSTED_HINT=$target_hint checked "$q" >/dev/null || return 1
-	echo "$p"
+	local meta target build d
+	command -v cargo >/dev/null 2>&1 || { log "error: cargo is not installed: install Rust 1.89 or newer (https://rustup.rs) and run this again"; return 1; }
+	meta=$(cd "$repo" && cargo metadata --no-deps --format-version 1 --locked 2>&1) || { log "error: cargo cannot read the workspace: ${meta%%$'\n'*}"; return 1; }
+	target=$(grep -o '"target_directory":"[^"]*"' <<<"$meta" | cut -d'"' -f4) || true
+	build=$(grep -o '"build_directory":"[^"]*"' <<<"$meta" | cut -d'"' -f4) || true
+	[[ $target == /* ]] || { log "error: cargo metadata named no target directory"; return 1; }
+	for d in "$target" ${build:+"$build"}; do
+		while [[ ! -e $d && ! -L $d ]]; do d=$(dirname -- "$d"); done
+		TRUSTED_UID=$(stat -c %u "$repo") TRUSTED_HINT=$target_hint checked "$d" >/dev/null || return 1
+	done
+	echo "$target"
 }
 
 # built TARGET FILE: FILE below the target directory TARGET (cargo_target),

@@ -332,8 +332,9 @@ fn tour_count() -> String {
 
 /// operations.md: the flags as `demo-controller -h` prints them (the binary
 /// this test was built with), its lines wrapped at 110 columns for the page.
+/// With no environment: a DEMO_CONTROLLER_WIRE or a forced colour would show.
 fn help_flags() -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_demo-controller")).arg("-h").output().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_demo-controller")).arg("-h").env_clear().output().unwrap();
     assert!(out.status.success(), "demo-controller -h: {out:?}");
     let help = String::from_utf8(out.stdout).unwrap();
     let (_, options) = help.split_once("Options:\n").expect("an Options: section");

@@ -198,8 +198,14 @@ fn building_without_go_says_what_to_install() {
 fn a_go_cache_others_can_change_is_one_line_and_exit_1() {
     let open = common::OpenDir::new("open-gocache");
     let path = open.path();
+    // A `go` that answers `go env GOCACHE GOMODCACHE` with $GOCACHE twice, as
+    // a real one would with both set: the test needs no Go installed.
+    let go =
+        common::tmp_file("stub-go/go", "#!/bin/sh\n[ \"$1\" = env ] || exit 1\necho \"$GOCACHE\"\necho \"$GOCACHE\"\n");
+    std::fs::set_permissions(&go, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let search = format!("{}:{}", go.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
     for (script, prefix) in [("cluster/build.sh", "build.sh"), ("cluster/node/build.sh", "node/build.sh")] {
-        let out = bash(script, |cmd| cmd.env("GOCACHE", path));
+        let out = bash(script, |cmd| cmd.env("GOCACHE", path).env("PATH", &search));
         assert_eq!(out.status.code(), Some(1), "{script}");
         assert_eq!(
             String::from_utf8_lossy(&out.stderr),

@@ -462,7 +462,9 @@ pub struct OpenDir(pub PathBuf);
 impl OpenDir {
     pub fn new(name: &str) -> Self {
         use std::os::unix::fs::PermissionsExt;
-        let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+        // In the system's temporary directory (root's, sticky): a directory
+        // above it that the checks refuse first would hide the one named here.
+        let path = std::env::temp_dir().join(format!("demo-controller-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
