@@ -875,14 +875,10 @@ fn readme_reading() -> String {
     let second: usize = minutes.iter().map(|(_, _, program)| program).sum();
     let measured = match measured_reading() {
         Some(m) => format!(
-            "A fresh reader, timed with every trip the pages ask for, took **{} min** ({}, recorded in\n\
-             `{READING_RECORD}`).\n",
+            "Timed, a fresh reader took **{} min**, every trip included ({}, `{READING_RECORD}`).\n",
             m.total, m.date
         ),
-        None => format!(
-            "The time a fresh reader takes, timed with every trip the pages ask for, is not yet measured\n\
-             (`{READING_RECORD}`).\n"
-        ),
+        None => format!("Timed with a fresh reader: not yet measured (`{READING_RECORD}`).\n"),
     };
     format!(
         "Chapters 1 to 4 take **{first} min** on a first read: each page shows the parts of its program the lesson is\n\
@@ -1086,12 +1082,12 @@ fn the_lesson_meets_its_limits() {
             .lines()
             .enumerate()
             .filter(|(_, l)| l.contains("demo_controller"))
-            .map(|(i, l)| format!("{}: {}", i + 1, l.trim()))
+            .map(|(i, l)| format!("line {} `{}`", i + 1, l.trim()))
             .collect();
         if !uses.is_empty() {
             missed.push(format!(
-                "{program} names demo_controller (chapters 1 to 4 stand alone, on public crates only): lines {}",
-                uses.join("; ")
+                "{program} names demo_controller (chapters 1 to 4 stand alone, on public crates only): {}",
+                uses.join(", ")
             ));
         }
     }
