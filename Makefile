@@ -32,7 +32,7 @@ book: ## Build the book into book/book/ (mdbook, pinned, installed on first use 
 book-serve: ## Serve the book at http://localhost:3000, rebuilt on every change
 	bash book/mdbook.sh serve book
 
-book-check: ## Build the book, failing on a warning or an {{#include}} that does not resolve
+book-check: ## Build the book, failing on a warning (the code pages show is checked by tests/figures.rs)
 	bash book/check.sh
 
 lint: ## cargo fmt --check and clippy with warnings as errors (the workspace's crates/ and the bench harness too)
