@@ -201,7 +201,6 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     Ok(())
 }
 
-// ANCHOR: handle
 /// The event handlers: one key per change. The keys of a list are queued at
 /// `InitDone`, when the store holds the list (chapter 2 showed why).
 fn handle(event: &Event<Pod>, store: &Store<Pod>, queue: &Queue, merged: &Merged) {
@@ -226,7 +225,6 @@ fn handle(event: &Event<Pod>, store: &Store<Pod>, queue: &Queue, merged: &Merged
         }
     }
 }
-// ANCHOR_END: handle
 
 // ANCHOR: worker
 /// One worker: take a key, read the pod's newest state from the cache, work,

@@ -60,7 +60,7 @@ struct Args {
 
 #[derive(Clone, Copy, PartialEq, ValueEnum)]
 enum Pitfall {
-    /// Never call `done`: the key stays "being worked on" and later changes park behind it forever
+    /// Never call `done`: the key stays in `processing`, and later changes wait behind it forever
     NeverDone,
     /// Queue each listed pod as it arrives (InitApply), before kube's store holds the list, and start the worker
     /// without waiting: the worker finds no pod and logs no onAdd for them, until the first resync
@@ -195,13 +195,12 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let shutdown = CancellationToken::new();
     tokio::spawn(on_signal(shutdown.clone()));
     let (store, writer) = reflector::store::<Pod>();
-    let (queue, last_synced, event_kind, pitfall) =
-        (Queue::default(), Mutex::default(), Mutex::default(), args.pitfall);
-    let ctl = Arc::new(Controller { store, queue, last_synced, event_kind, pitfall });
+    let (queue, last_synced, event_kind) = (Queue::default(), Mutex::default(), Mutex::default());
+    let ctl = Arc::new(Controller { store, queue, last_synced, event_kind, pitfall: args.pitfall });
     println!("chapter 4: a pod controller: watch -> cache -> queue -> worker -> onAdd/onUpdate/onDelete");
 
-    let watch =
-        tokio::spawn(ctl.clone().watch(api, Config::default().page_size(args.page_size), writer, shutdown.clone()));
+    let config = Config::default().page_size(args.page_size);
+    let watch = tokio::spawn(ctl.clone().watch(api, config, writer, shutdown.clone()));
     // WaitForCacheSync. Here the keys of the first list are queued at
     // InitDone, when the store already holds it, so no key reaches the
     // worker before the cache has synced, wait or no wait. The wait keeps
@@ -211,7 +210,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // kube's store does to keys queued per listed pod when nothing waits
     // (client-go's indexer holds each object before AddFunc runs; kube's
     // swaps the whole list in at InitDone).
-    if pitfall != Some(Pitfall::QueueAtInitApply) {
+    if args.pitfall != Some(Pitfall::QueueAtInitApply) {
         println!("waiting for the cache to sync");
         tokio::select! {
             result = ctl.store.wait_until_ready() => result?,
@@ -245,7 +244,7 @@ impl Controller {
     async fn watch(self: Arc<Self>, api: Api<Pod>, config: Config, writer: Writer<Pod>, stop: CancellationToken) {
         let events = watcher::watcher(api, config).default_backoff().reflect(writer);
         let mut events = std::pin::pin!(events);
-        // `run_until_cancelled` gives None once `stop` is cancelled.
+        // None once `stop` is cancelled; Some(None) if the stream ends.
         while let Some(Some(next)) = stop.run_until_cancelled(events.next()).await {
             match next {
                 Ok(event) => self.on_event(&event),
@@ -389,10 +388,12 @@ async fn on_signal(shutdown: CancellationToken) {
 }
 
 // ANCHOR: left_out
-// What this chapter leaves out, and where the full program handles it:
+// What this chapter leaves out, and where the full program (src/ in this
+// repository) handles it:
 //
 // - Pods deleted while the watch was down: after a relist the store drops
-//   them silently at InitDone and no onDelete is logged here. src/informer.rs
+//   them silently at InitDone: no onDelete is logged here, and their entries
+//   stay in `last_synced`. src/informer.rs
 //   `Cache::apply` (InitDone) keeps them as tombstones (client-go's
 //   DeletedFinalStateUnknown), and src/worker.rs `decide` logs them.
 // - Short-lived pods: created and deleted before the worker got to the key,
