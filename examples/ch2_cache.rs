@@ -19,8 +19,8 @@
 //! - During a list (`Init`, `InitApply`) the store does not change yet: it
 //!   keeps its old contents and swaps to the whole new list at `InitDone`.
 //!   A program that reads the store for an `InitApply` pod finds nothing (at
-//!   start-up) or the old state (during a relist). This is why the full
-//!   program queues the keys of a list at `InitDone`.
+//!   start-up) or the old state (during a relist). This is why chapters 3
+//!   and 4 queue the keys of a list at `InitDone`.
 //! - `Store::wait_until_ready()` returns at the first `InitDone`: client-go's
 //!   WaitForCacheSync. From then on the store holds every pod.
 //!
