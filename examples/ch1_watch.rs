@@ -8,6 +8,12 @@
 //! cargo run --example ch1_watch -- -n default
 //! ```
 //!
+//! On its own, in a project of yours (`cargo new`, this file as src/main.rs):
+//!
+//! ```sh
+//! cargo add kube k8s-openapi tokio futures clap -F kube/runtime,k8s-openapi/v1_35,tokio/full,clap/derive
+//! ```
+//!
 //! and, in another terminal, create, label and delete a pod:
 //!
 //! ```sh
@@ -68,9 +74,8 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     // The client reads $KUBECONFIG (or ~/.kube/config, or the in-cluster
     // config), like kubectl.
     let client = Client::try_default().await?;
-    // Here we use k8s-openapi's full `Pod`, the type every kube example uses,
-    // so you see a pod exactly as the server sends it. Chapter 2 says why the
-    // full program keeps a slimmer one.
+    // k8s-openapi's `Pod` is the pod type every kube example uses: every
+    // field, as the server sends it.
     let api: Api<Pod> = match &args.namespace {
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
@@ -80,9 +85,7 @@ async fn run(args: Args) -> Result<(), kube::Error> {
 
     // ANCHOR: watch
     // Nothing is listed or watched until the stream is polled. The backoff
-    // spaces out retries after an error instead of hammering the server (it
-    // is good enough here; src/informer.rs `Backoff` says where it falls
-    // short and replaces it).
+    // spaces out retries after an error instead of hammering the server.
     let events = watcher::watcher(api, watcher::Config::default()).default_backoff();
     let mut events = std::pin::pin!(events);
     // One Ctrl-C listener for the whole loop, so a Ctrl-C between two events

@@ -5,6 +5,12 @@
 //! cargo run --example ch2_cache -- -n default
 //! ```
 //!
+//! On its own, in a project of yours (`cargo new`, this file as src/main.rs):
+//!
+//! ```sh
+//! cargo add kube k8s-openapi tokio futures clap -F kube/runtime,k8s-openapi/v1_35,tokio/full,clap/derive
+//! ```
+//!
 //! Chapter 1's events, now written into a reflector `Store`: kube's
 //! counterpart of client-go's Indexer, a map from each pod's key to its
 //! newest state. After every event we read the store by the pod's key and
@@ -13,8 +19,8 @@
 //! - During a list (`Init`, `InitApply`) the store does not change yet: it
 //!   keeps its old contents and swaps to the whole new list at `InitDone`.
 //!   A program that reads the store for an `InitApply` pod finds nothing (at
-//!   start-up) or the old state (during a relist). This is why the full
-//!   program queues the keys of a list at `InitDone`.
+//!   start-up) or the old state (during a relist). This is why chapters 3
+//!   and 4 queue the keys of a list at `InitDone`.
 //! - `Store::wait_until_ready()` returns at the first `InitDone`: client-go's
 //!   WaitForCacheSync. From then on the store holds every pod.
 //!
@@ -30,9 +36,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use demo_controller::key::Key;
-use demo_controller::pod::Pod;
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
@@ -58,10 +63,6 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<(), kube::Error> {
     let client = Client::try_default().await?;
-    // From here on we use the crate's own `Pod` (src/pod.rs): it declares only
-    // the fields the logger shows, so parsing skips the rest (managedFields
-    // above all) and the cache holds a fraction of the memory a k8s-openapi
-    // `Pod` takes. To kube it is a pod like any other.
     let api: Api<Pod> = match &args.namespace {
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
@@ -110,16 +111,22 @@ async fn run(args: Args) -> Result<(), kube::Error> {
 fn after(event: &Event<Pod>, store: &Store<Pod>) -> String {
     match event {
         Event::Init => format!("Init -> the store keeps what it holds (pods: {}) until InitDone", store.len()),
-        Event::InitApply(p) => format!("InitApply {} -> store: {}", Key::of(p), lookup(store, &Key::of(p))),
+        Event::InitApply(p) => format!("InitApply {} -> store: {}", key(p), lookup(store, p)),
         Event::InitDone => format!("InitDone -> the store swapped to the new list (pods: {})", store.len()),
-        Event::Apply(p) => format!("Apply {} -> store: {}", Key::of(p), lookup(store, &Key::of(p))),
-        Event::Delete(p) => format!("Delete {} -> store: {}", Key::of(p), lookup(store, &Key::of(p))),
+        Event::Apply(p) => format!("Apply {} -> store: {}", key(p), lookup(store, p)),
+        Event::Delete(p) => format!("Delete {} -> store: {}", key(p), lookup(store, p)),
     }
 }
 
-/// Reads one pod from the cache by key: no request to the server.
-fn lookup(store: &Store<Pod>, key: &Key) -> String {
-    match store.get(&ObjectRef::new(&key.name).within(&key.namespace)) {
+/// A pod's key, `namespace/name`: what a controller calls a pod by.
+fn key(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
+/// Reads the cache's copy of `pod`, by its namespace and name: no request to
+/// the server.
+fn lookup(store: &Store<Pod>, pod: &Pod) -> String {
+    match store.get(&ObjectRef::from_obj(pod)) {
         Some(pod) => {
             let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("-");
             format!("rv={} phase={phase}", pod.resource_version().unwrap_or_default())
@@ -131,7 +138,7 @@ fn lookup(store: &Store<Pod>, key: &Key) -> String {
 
 /// Every key in the cache, sorted, for one readable line.
 fn keys(store: &Store<Pod>) -> String {
-    let mut keys: Vec<String> = store.state().iter().map(|pod| Key::of(pod).to_string()).collect();
+    let mut keys: Vec<String> = store.state().iter().map(|pod| key(pod)).collect();
     keys.sort();
     keys.join(", ")
 }

@@ -12,35 +12,122 @@
 //! for i in $(seq 10); do kubectl -n default label pod kuard --overwrite n=$i; done
 //! ```
 //!
+//! On its own, in a project of yours (`cargo new`, this file as src/main.rs):
+//!
+//! ```sh
+//! cargo add kube k8s-openapi tokio futures clap humantime -F kube/runtime,k8s-openapi/v1_35,tokio/full,clap/derive
+//! ```
+//!
 //! An event handler does not do the work. It only puts the pod's key,
-//! `namespace/name`, on a work queue, and a worker takes keys off it. The
-//! queue is the crate's own (`demo_controller::queue::Queue`, the program's
-//! real queue, as Go controllers use client-go's workqueue), and its rules
-//! are the lesson:
+//! `namespace/name`, on a work queue, and a worker takes keys off it. This
+//! chapter builds that queue, with the rules of client-go's workqueue:
 //!
 //! - A key that is already waiting is not added again (dedup).
 //! - A key a worker holds is not handed out again until the worker calls
-//!   `done`; a change meanwhile parks the key and it comes back once after.
+//!   `done`; a change meanwhile marks the key dirty, and it comes back once
+//!   after `done`.
 //!
 //! So ten changes to one pod while the worker is busy become *one* more key,
 //! and the worker reads the pod's newest state from the cache: it never
 //! needs the ten events, only the last state (level, not edge). The worker
 //! here is slow on purpose (`--work-time`) so you can see the merging.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use clap::Parser;
-use demo_controller::key::Key;
-use demo_controller::pod::Pod;
-use demo_controller::queue::Queue;
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
+use tokio::sync::Notify;
+
+// ANCHOR: queue
+/// A de-duplicating work queue of keys, with the rules of client-go's
+/// workqueue. `queue` is the order keys are handed out in, `dirty` every key
+/// that needs work, `processing` every key a worker holds.
+#[derive(Default)]
+struct Queue {
+    state: Mutex<State>,
+    /// Wakes a worker waiting in `get`.
+    notify: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<String>,
+    dirty: HashSet<String>,
+    processing: HashSet<String>,
+    shutting_down: bool,
+}
+
+impl Queue {
+    /// Adds `key`, unless it is waiting already. A key a worker holds is
+    /// only marked dirty: `done` queues it again. True if it was queued now.
+    fn add(&self, key: String) -> bool {
+        let mut s = lock(&self.state);
+        if s.shutting_down || !s.dirty.insert(key.clone()) || s.processing.contains(&key) {
+            return false;
+        }
+        s.queue.push_back(key);
+        self.notify.notify_one();
+        true
+    }
+
+    /// Waits for a key and marks it processing. None once the queue is shut
+    /// down and empty. The lock is never held across the `.await`.
+    async fn get(&self) -> Option<String> {
+        loop {
+            // Registered before the look, so a wake-up after it is not lost.
+            let mut woken = std::pin::pin!(self.notify.notified());
+            woken.as_mut().enable();
+            {
+                let mut s = lock(&self.state);
+                if let Some(key) = s.queue.pop_front() {
+                    s.dirty.remove(&key);
+                    s.processing.insert(key.clone());
+                    return Some(key);
+                }
+                if s.shutting_down {
+                    return None;
+                }
+            }
+            woken.await;
+        }
+    }
+
+    /// The worker is finished with `key`. If it changed meanwhile (dirty),
+    /// it is queued again, once.
+    fn done(&self, key: &str) {
+        let mut s = lock(&self.state);
+        s.processing.remove(key);
+        if s.dirty.contains(key) {
+            s.queue.push_back(key.to_string());
+            self.notify.notify_one();
+        }
+    }
+
+    /// Takes no new key; `get` hands out what is queued, then None.
+    fn shut_down(&self) {
+        lock(&self.state).shutting_down = true;
+        self.notify.notify_waiters();
+    }
+
+    fn len(&self) -> usize {
+        lock(&self.state).queue.len()
+    }
+}
+
+/// Locks a mutex. A panic while it was held leaves whole sets and maps here
+/// (each change is one insert or remove), so a poisoned lock is used as is.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+// ANCHOR_END: queue
 
 #[derive(Parser)]
 struct Args {
@@ -52,12 +139,10 @@ struct Args {
     work_time: Duration,
 }
 
-// ANCHOR: merged
 /// Events seen per key since a worker last took it: only to print how many
 /// events one sync covers. A real controller does not count them (it does
 /// not need to: the state in the cache is all it reads).
-type Merged = Mutex<HashMap<Key, u32>>;
-// ANCHOR_END: merged
+type Merged = Mutex<HashMap<String, u32>>;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -78,12 +163,10 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     };
     println!("chapter 3: event handlers put keys on a de-duplicating queue; one slow worker takes them");
 
-    // ANCHOR: start
     let (store, writer) = reflector::store::<Pod>();
-    let queue: Arc<Queue<Key>> = Queue::new("chapter3");
+    let queue: Arc<Queue> = Arc::default();
     let merged: Arc<Merged> = Arc::default();
     let worker = tokio::spawn(worker(queue.clone(), store.clone(), merged.clone(), args.work_time));
-    // ANCHOR_END: start
 
     let events = watcher::watcher(api, watcher::Config::default()).default_backoff().reflect(writer);
     let mut events = std::pin::pin!(events);
@@ -101,7 +184,6 @@ async fn run(args: Args) -> Result<(), kube::Error> {
             None => break,
         }
     }
-    // ANCHOR: shutdown
     // Shutdown: no more keys come in; the worker finishes what is queued and
     // then `get` returns None.
     queue.shut_down();
@@ -117,16 +199,14 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     }
     println!("shutdown complete");
     Ok(())
-    // ANCHOR_END: shutdown
 }
 
-// ANCHOR: handle
 /// The event handlers: one key per change. The keys of a list are queued at
 /// `InitDone`, when the store holds the list (chapter 2 showed why).
-fn handle(event: &Event<Pod>, store: &Store<Pod>, queue: &Queue<Key>, merged: &Merged) {
+fn handle(event: &Event<Pod>, store: &Store<Pod>, queue: &Queue, merged: &Merged) {
     let keys = match event {
-        Event::Apply(pod) | Event::Delete(pod) => vec![Key::of(pod)],
-        Event::InitDone => store.state().iter().map(|pod| Key::of(pod)).collect(),
+        Event::Apply(pod) | Event::Delete(pod) => vec![key(pod)],
+        Event::InitDone => store.state().iter().map(|pod| key(pod)).collect(),
         Event::Init | Event::InitApply(_) => return,
     };
     let kind = match event {
@@ -135,9 +215,9 @@ fn handle(event: &Event<Pod>, store: &Store<Pod>, queue: &Queue<Key>, merged: &M
         _ => "InitDone",
     };
     for key in keys {
-        *merged.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).entry(key.clone()).or_default() += 1;
-        // `add` says whether the key was newly queued. If not, it was already
-        // waiting, or a worker holds it and it will come back after `done`.
+        *lock(merged).entry(key.clone()).or_default() += 1;
+        // `add` says whether the key was queued now. If not, it was already
+        // waiting, or a worker holds it and it comes back after `done`.
         if queue.add(key.clone()) {
             println!("handler: {kind} {key} -> queued");
         } else {
@@ -145,26 +225,32 @@ fn handle(event: &Event<Pod>, store: &Store<Pod>, queue: &Queue<Key>, merged: &M
         }
     }
 }
-// ANCHOR_END: handle
 
 // ANCHOR: worker
 /// One worker: take a key, read the pod's newest state from the cache, work,
 /// and tell the queue it is done with the key.
-async fn worker(queue: Arc<Queue<Key>>, store: Store<Pod>, merged: Arc<Merged>, work_time: Duration) {
+async fn worker(queue: Arc<Queue>, store: Store<Pod>, merged: Arc<Merged>, work_time: Duration) {
     while let Some(key) = queue.get().await {
-        let events = merged.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&key).unwrap_or(0);
-        let state = match store.get(&ObjectRef::new(&key.name).within(&key.namespace)) {
+        let events = lock(&merged).remove(&key).unwrap_or(0);
+        // The key says where to look in the cache: namespace, then name.
+        let (namespace, name) = key.split_once('/').unwrap_or_default();
+        let state = match store.get(&ObjectRef::new(name).within(namespace)) {
             Some(pod) => format!("rv={}", pod.resource_version().unwrap_or_default()),
             None => "gone from the cache".into(),
         };
         println!("worker: {key} {state} (events since it was last taken: {events})");
         tokio::time::sleep(work_time).await; // the "work"
-        // Without `done` this key would stay "being worked on" forever, and
-        // every later change to the pod would park behind it (chapter 4's
+        // Without `done` this key would stay in `processing` forever, and
+        // every later change to the pod would wait behind it (chapter 4's
         // `--pitfall never-done` shows that).
         queue.done(&key);
         println!("worker: done {key}");
     }
 }
 // ANCHOR_END: worker
+
+/// A pod's key, `namespace/name`, as client-go writes it.
+fn key(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+}
 // ANCHOR_END: whole

@@ -6,6 +6,12 @@
 //! cargo run --example ch4_controller -- -n default --pitfall never-done   # put a mistake back
 //! ```
 //!
+//! On its own, in a project of yours (`cargo new`, this file as src/main.rs):
+//!
+//! ```sh
+//! cargo add kube k8s-openapi tokio futures clap humantime tokio-util -F kube/runtime,k8s-openapi/v1_35,tokio/full,clap/derive
+//! ```
+//!
 //! Chapters 1 to 3 put together, in the shape of kubernetes/sample-controller
 //! (`run`, `run_worker`, `process_next_work_item`, `sync_handler`):
 //!
@@ -17,27 +23,23 @@
 //!    cache now vs last synced -> onAdd / onUpdate / onDelete   Controller::sync_handler
 //! ```
 //!
-//! It is deliberately minimal, and it misses what its closing list names
-//! (a pod deleted while the watch was down, a pod created and deleted
-//! between two syncs; it also keeps `last_synced` entries of pods deleted
-//! while the watch was down). The end of this file lists what it leaves out
-//! and where the full program (src/) handles each. `--pitfall NAME` puts back one classic mistake of the Go
-//! seeds, so you can watch which line goes missing or appears wrongly.
+//! It is deliberately minimal: the comment at the end of this file lists
+//! what it leaves out. `--pitfall NAME` puts back one classic mistake of the
+//! Go seeds, so you can watch which line goes missing or appears wrongly.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use demo_controller::key::Key;
-use demo_controller::pod::Pod;
-use demo_controller::queue::Queue;
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::{self, Config, Event};
 use kube::{Api, Client, ResourceExt};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
@@ -58,7 +60,7 @@ struct Args {
 
 #[derive(Clone, Copy, PartialEq, ValueEnum)]
 enum Pitfall {
-    /// Never call `done`: the key stays "being worked on" and later changes park behind it forever
+    /// Never call `done`: the key stays in `processing`, and later changes wait behind it forever
     NeverDone,
     /// Queue each listed pod as it arrives (InitApply), before kube's store holds the list, and start the worker
     /// without waiting: the worker finds no pod and logs no onAdd for them, until the first resync
@@ -69,27 +71,100 @@ enum Pitfall {
     ActOnEvent,
 }
 
-// ANCHOR: state
-/// What the worker remembers of each pod it synced: enough to tell an add, an
-/// update, a delete and a replacement (same name, new UID) apart.
-#[derive(Clone, PartialEq)]
-struct Synced {
-    uid: String,
-    resource_version: String,
+// Chapter 3's queue, copied as it is so that this file stands alone.
+/// A de-duplicating work queue of keys, with the rules of client-go's
+/// workqueue. `queue` is the order keys are handed out in, `dirty` every key
+/// that needs work, `processing` every key a worker holds.
+#[derive(Default)]
+struct Queue {
+    state: Mutex<State>,
+    /// Wakes a worker waiting in `get`.
+    notify: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<String>,
+    dirty: HashSet<String>,
+    processing: HashSet<String>,
+    shutting_down: bool,
+}
+
+impl Queue {
+    /// Adds `key`, unless it is waiting already. A key a worker holds is
+    /// only marked dirty: `done` queues it again. True if it was queued now.
+    fn add(&self, key: String) -> bool {
+        let mut s = lock(&self.state);
+        if s.shutting_down || !s.dirty.insert(key.clone()) || s.processing.contains(&key) {
+            return false;
+        }
+        s.queue.push_back(key);
+        self.notify.notify_one();
+        true
+    }
+
+    /// Waits for a key and marks it processing. None once the queue is shut
+    /// down and empty. The lock is never held across the `.await`.
+    async fn get(&self) -> Option<String> {
+        loop {
+            // Registered before the look, so a wake-up after it is not lost.
+            let mut woken = std::pin::pin!(self.notify.notified());
+            woken.as_mut().enable();
+            {
+                let mut s = lock(&self.state);
+                if let Some(key) = s.queue.pop_front() {
+                    s.dirty.remove(&key);
+                    s.processing.insert(key.clone());
+                    return Some(key);
+                }
+                if s.shutting_down {
+                    return None;
+                }
+            }
+            woken.await;
+        }
+    }
+
+    /// The worker is finished with `key`. If it changed meanwhile (dirty),
+    /// it is queued again, once.
+    fn done(&self, key: &str) {
+        let mut s = lock(&self.state);
+        s.processing.remove(key);
+        if s.dirty.contains(key) {
+            s.queue.push_back(key.to_string());
+            self.notify.notify_one();
+        }
+    }
+
+    /// Takes no new key; `get` hands out what is queued, then None.
+    fn shut_down(&self) {
+        lock(&self.state).shutting_down = true;
+        self.notify.notify_waiters();
+    }
+
+    fn len(&self) -> usize {
+        lock(&self.state).queue.len()
+    }
+}
+
+/// Locks a mutex. A panic while it was held leaves whole sets and maps here
+/// (each change is one insert or remove), so a poisoned lock is used as is.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 struct Controller {
     /// The cache (chapter 2). Only `watch` writes it, through its `Writer`.
     store: Store<Pod>,
     /// The de-duplicating work queue (chapter 3): keys, never objects.
-    queue: Arc<Queue<Key>>,
-    /// Each key's state at its last sync: what "changed" is measured against.
-    last_synced: Mutex<HashMap<Key, Synced>>,
+    queue: Queue,
+    /// The pod as each key's last sync saw it: what "changed" is measured
+    /// against. The cache shares it (an `Arc`), so it costs no copy.
+    last_synced: Mutex<HashMap<String, Arc<Pod>>>,
     /// Only for `--pitfall act-on-event`: the kind of the latest event per key.
-    event_kind: Mutex<HashMap<Key, &'static str>>,
+    event_kind: Mutex<HashMap<String, &'static str>>,
     pitfall: Option<Pitfall>,
 }
-// ANCHOR_END: state
 
 // One thread: the worker runs whenever the watch waits for the server. That
 // is plenty for a logger, and it makes `--pitfall queue-at-init-apply` repeatable:
@@ -120,13 +195,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let shutdown = CancellationToken::new();
     tokio::spawn(on_signal(shutdown.clone()));
     let (store, writer) = reflector::store::<Pod>();
-    let queue = Queue::new("chapter4");
-    let pitfall = args.pitfall;
-    let ctl =
-        Arc::new(Controller { store, queue, last_synced: Mutex::default(), event_kind: Mutex::default(), pitfall });
+    let (queue, last_synced, event_kind) = (Queue::default(), Mutex::default(), Mutex::default());
+    let ctl = Arc::new(Controller { store, queue, last_synced, event_kind, pitfall: args.pitfall });
     println!("chapter 4: a pod controller: watch -> cache -> queue -> worker -> onAdd/onUpdate/onDelete");
 
-    let config = watcher::Config::default().page_size(args.page_size);
+    let config = Config::default().page_size(args.page_size);
     let watch = tokio::spawn(ctl.clone().watch(api, config, writer, shutdown.clone()));
     // WaitForCacheSync. Here the keys of the first list are queued at
     // InitDone, when the store already holds it, so no key reaches the
@@ -137,7 +210,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // kube's store does to keys queued per listed pod when nothing waits
     // (client-go's indexer holds each object before AddFunc runs; kube's
     // swaps the whole list in at InitDone).
-    if pitfall != Some(Pitfall::QueueAtInitApply) {
+    if args.pitfall != Some(Pitfall::QueueAtInitApply) {
         println!("waiting for the cache to sync");
         tokio::select! {
             result = ctl.store.wait_until_ready() => result?,
@@ -168,23 +241,14 @@ impl Controller {
     // ANCHOR: on_event
     /// The informer: list + watch into the store, and every change to a key.
     /// Watch errors are logged and retried, never fatal.
-    async fn watch(
-        self: Arc<Self>,
-        api: Api<Pod>,
-        config: watcher::Config,
-        writer: Writer<Pod>,
-        stop: CancellationToken,
-    ) {
+    async fn watch(self: Arc<Self>, api: Api<Pod>, config: Config, writer: Writer<Pod>, stop: CancellationToken) {
         let events = watcher::watcher(api, config).default_backoff().reflect(writer);
         let mut events = std::pin::pin!(events);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                next = events.next() => match next {
-                    Some(Ok(event)) => self.on_event(&event),
-                    Some(Err(err)) => println!("watch error (the watcher retries): {err}"),
-                    None => return,
-                },
+        // None once `stop` is cancelled; Some(None) if the stream ends.
+        while let Some(Some(next)) = stop.run_until_cancelled(events.next()).await {
+            match next {
+                Ok(event) => self.on_event(&event),
+                Err(err) => println!("watch error (the watcher retries): {err}"),
             }
         }
     }
@@ -194,14 +258,12 @@ impl Controller {
     /// store holds the new list.
     fn on_event(&self, event: &Event<Pod>) {
         match event {
-            Event::Apply(pod) => self.enqueue(Key::of(pod), "onUpdate"),
-            Event::Delete(pod) => self.enqueue(Key::of(pod), "onDelete"),
-            Event::InitApply(pod) if self.pitfall == Some(Pitfall::QueueAtInitApply) => {
-                self.enqueue(Key::of(pod), "onAdd")
-            }
+            Event::Apply(pod) => self.enqueue(key(pod), "onUpdate"),
+            Event::Delete(pod) => self.enqueue(key(pod), "onDelete"),
+            Event::InitApply(pod) if self.pitfall == Some(Pitfall::QueueAtInitApply) => self.enqueue(key(pod), "onAdd"),
             Event::InitDone if self.pitfall != Some(Pitfall::QueueAtInitApply) => {
                 for pod in self.store.state() {
-                    self.enqueue(Key::of(&pod), "onAdd");
+                    self.enqueue(key(&pod), "onAdd");
                 }
             }
             Event::Init | Event::InitApply(_) | Event::InitDone => {}
@@ -210,7 +272,7 @@ impl Controller {
 
     /// Queues `key`. `kind` is what a Go event handler would call the event;
     /// only the act-on-event pitfall looks at it.
-    fn enqueue(&self, key: Key, kind: &'static str) {
+    fn enqueue(&self, key: String, kind: &'static str) {
         if self.pitfall == Some(Pitfall::ActOnEvent) {
             lock(&self.event_kind).insert(key.clone(), kind);
         }
@@ -226,15 +288,11 @@ impl Controller {
     /// logs nothing.
     async fn resync(self: Arc<Self>, period: Duration, stop: CancellationToken) {
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = ticker.tick() => {}
-            }
+        while stop.run_until_cancelled(ticker.tick()).await.is_some() {
             let pods = self.store.state();
             println!("resync: queueing every pod in the cache (pods: {})", pods.len());
             for pod in pods {
-                self.enqueue(Key::of(&pod), "onUpdate");
+                self.enqueue(key(&pod), "onUpdate");
             }
         }
     }
@@ -251,11 +309,10 @@ impl Controller {
         let Some(key) = self.queue.get().await else {
             return false;
         };
+        // This sync cannot fail: it only logs. A controller whose sync can
+        // fail puts the key back after a growing delay, a few times at most
+        // (client-go's AddRateLimited and Forget). This queue has no delays.
         self.sync_handler(&key);
-        // Forget clears the key's retry history. This sync cannot fail (it
-        // only logs); a controller whose sync can fail would instead call
-        // `add_rate_limited(key)` on an error, up to a few attempts.
-        self.queue.forget(&key);
         // Done: the queue may hand this key out again (and will, if it
         // changed meanwhile).
         if self.pitfall != Some(Pitfall::NeverDone) {
@@ -270,30 +327,29 @@ impl Controller {
     /// last sync, and log the difference. It never trusts the event that
     /// queued the key: dedup merges events, a resync replays them, and kube's
     /// `Apply` does not say "added" or "updated".
-    fn sync_handler(&self, key: &Key) {
+    fn sync_handler(&self, key: &str) {
         if self.pitfall == Some(Pitfall::ActOnEvent) {
             if let Some(kind) = lock(&self.event_kind).remove(key) {
                 println!("{kind}: {key}");
             }
             return;
         }
-        let now = self.store.get(&ObjectRef::new(&key.name).within(&key.namespace)).map(|pod| Synced {
-            uid: pod.uid().unwrap_or_default(),
-            resource_version: pod.resource_version().unwrap_or_default(),
-        });
+        let (namespace, name) = key.split_once('/').unwrap_or_default();
+        let now = self.store.get(&ObjectRef::new(name).within(namespace));
         let mut last_synced = lock(&self.last_synced);
         let lines: &[&str] = match (last_synced.get(key), &now) {
             (None, None) => &[],
             (None, Some(_)) => &["onAdd"],
             (Some(_), None) => &["onDelete"],
-            (Some(old), Some(new)) if old.uid != new.uid => &["onDelete", "onAdd"],
-            (Some(old), Some(new)) if old != new => &["onUpdate"],
+            // The same name, a new UID: the pod was deleted and made again.
+            (Some(old), Some(new)) if old.uid() != new.uid() => &["onDelete", "onAdd"],
+            (Some(old), Some(new)) if old.resource_version() != new.resource_version() => &["onUpdate"],
             // The same resourceVersion: a resync. Nothing changed.
             (Some(_), Some(_)) if self.pitfall == Some(Pitfall::LogEveryResync) => &["onUpdate"],
             (Some(_), Some(_)) => &[],
         };
         match now {
-            Some(state) => last_synced.insert(key.clone(), state),
+            Some(pod) => last_synced.insert(key.to_string(), pod),
             None => last_synced.remove(key),
         };
         drop(last_synced);
@@ -304,10 +360,9 @@ impl Controller {
     // ANCHOR_END: sync_handler
 }
 
-/// Locks a map. A poisoned lock (a panic while it was held) still holds a
-/// whole map here, since every update is one insert or remove.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// A pod's key, `namespace/name`, as client-go writes it.
+fn key(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
 }
 
 /// Cancels `shutdown` on the first Ctrl-C (SIGINT) or SIGTERM; exits at once
@@ -318,25 +373,27 @@ async fn on_signal(shutdown: CancellationToken) {
         println!("cannot install signal handlers: stop this with SIGKILL");
         return;
     };
-    let name = tokio::select! {
-        _ = int.recv() => "SIGINT",
-        _ = term.recv() => "SIGTERM",
-    };
-    println!("received {name}: shutting down (send it again to exit at once)");
-    shutdown.cancel();
-    let (name, code) = tokio::select! {
-        _ = int.recv() => ("SIGINT", 130),
-        _ = term.recv() => ("SIGTERM", 143),
-    };
-    println!("received {name} again: exiting at once");
-    std::process::exit(code);
+    loop {
+        let (name, code) = tokio::select! {
+            _ = int.recv() => ("SIGINT", 130),
+            _ = term.recv() => ("SIGTERM", 143),
+        };
+        if shutdown.is_cancelled() {
+            println!("received {name} again: exiting at once");
+            std::process::exit(code);
+        }
+        println!("received {name}: shutting down (send it again to exit at once)");
+        shutdown.cancel();
+    }
 }
 
 // ANCHOR: left_out
-// What this chapter leaves out, and where the full program handles it:
+// What this chapter leaves out, and where the full program (src/ in this
+// repository) handles it:
 //
 // - Pods deleted while the watch was down: after a relist the store drops
-//   them silently at InitDone and no onDelete is logged here. src/informer.rs
+//   them silently at InitDone: no onDelete is logged here, and their entries
+//   stay in `last_synced`. src/informer.rs
 //   `Cache::apply` (InitDone) keeps them as tombstones (client-go's
 //   DeletedFinalStateUnknown), and src/worker.rs `decide` logs them.
 // - Short-lived pods: created and deleted before the worker got to the key,
