@@ -38,10 +38,10 @@ struct Args {
     /// The namespace of the pods and of the Lease
     #[arg(short, long)]
     namespace: String,
-    /// A standby takes the lease once it saw it unchanged this long. The renew deadline is 2/3 of it, the retry
-    /// period 2/15 (client-go's 15s, 10s and 2s)
-    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
-    lease_duration: Duration,
+    /// A standby takes the lease once it saw it unchanged this many seconds. The renew deadline is 2/3 of it, the
+    /// retry period 2/15 (client-go's 15s, 10s and 2s)
+    #[arg(long, default_value_t = 15, value_name = "SECONDS", value_parser = clap::value_parser!(i32).range(1..))]
+    lease_duration: i32,
     /// keep-logging: the leader keeps logging after its renew deadline (a classic mistake, on purpose)
     #[arg(long, value_parser = ["keep-logging"])]
     pitfall: Option<String>,
@@ -57,7 +57,8 @@ async fn main() -> ExitCode {
 
 // ANCHOR: run
 async fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let (client, ns, lease_duration) = (Client::try_default().await?, &args.namespace, args.lease_duration);
+    let (client, ns) = (Client::try_default().await?, &args.namespace);
+    let lease_duration = Duration::from_secs(args.lease_duration as u64);
     // HOSTNAME is the pod's name in a pod. The random suffix tells apart two
     // replicas on one machine, and a restarted replica from its old self.
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "replica".into());
@@ -172,9 +173,8 @@ impl Elector {
     /// client-go's tryAcquireOrRenew: read the Lease, then create it, renew
     /// it, take it, or leave it to its holder.
     async fn try_acquire_or_renew(&mut self, ctl: &Controller) -> kube::Result<()> {
-        let started = Instant::now();
         // No Lease yet: an empty one, without a resourceVersion, to create.
-        let mut lease = self.api.get_opt(LEASE).await?.unwrap_or_default();
+        let (started, mut lease) = (Instant::now(), self.api.get_opt(LEASE).await?.unwrap_or_default());
         let mut spec = lease.spec.take().unwrap_or_default();
         let holder = spec.holder_identity.take().unwrap_or_default();
         // Expiry is measured on our own clock, since we last saw the Lease
@@ -198,7 +198,7 @@ impl Elector {
         // The renew time changes at every renew: a write that changes nothing
         // keeps the resourceVersion, and the standby would see it expire.
         spec.holder_identity = Some(self.me.clone());
-        spec.lease_duration_seconds = Some(self.lease_duration.as_secs().max(1) as i32);
+        spec.lease_duration_seconds = Some(self.lease_duration.as_secs() as i32);
         spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
         (lease.metadata.name, lease.spec) = (Some(LEASE.into()), Some(spec));
         // Written with the resourceVersion we read: if another candidate

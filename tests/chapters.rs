@@ -584,7 +584,7 @@ async fn chapter5_controller_reconciles_each_pod_on_its_state_and_never_a_delete
 
 /// Chapter 6's short timings: a 3 s lease, so a 2 s renew deadline and a
 /// 400 ms retry period (the chapter derives both, client-go's ratios).
-const CH6_LEASE: [&str; 2] = ["--lease-duration", "3s"];
+const CH6_LEASE: [&str; 2] = ["--lease-duration", "3"];
 
 /// A replica of chapter 6 named `host` (its identity is `host_` and a
 /// random suffix, which `ch6_output` writes as `host`).
