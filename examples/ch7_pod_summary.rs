@@ -279,7 +279,6 @@ impl Controller {
             Event::Delete(_) | Event::Init | Event::InitApply(_) => {}
         }
     }
-
     // ANCHOR_END: handlers
 
     // ANCHOR: worker
@@ -351,10 +350,10 @@ impl Controller {
     // ANCHOR: record
     /// sample-controller's `recorder.Event`: an events.k8s.io/v1 Event on the
     /// summary, which `kubectl describe podsummary` shows. A failure is logged:
-    /// the status is written, and the Event is only a note about it. A
-    /// `Recorder` merges every Event of one reason on one object into the
-    /// first (a series with a count, the later notes lost), so each write
-    /// gets a new one, as kube's docs advise: one per sync.
+    /// the status is written, and the Event is only a note about it. One
+    /// `Recorder` merges the Events of one reason on one object, six minutes
+    /// long, into the first (a series with a count: the later notes are
+    /// lost), so each write gets a new one, as kube's docs advise: one per sync.
     async fn record(&self, summary: &PodSummary, status: &PodSummaryStatus) {
         let event = events::Event {
             type_: EventType::Normal,
