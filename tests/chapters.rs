@@ -736,7 +736,13 @@ async fn ch7_crd(c: &Cluster) {
     assert_eq!(crd.metadata.name.as_deref(), Some("podsummaries.demo.example.com"));
     let api = Api::<CustomResourceDefinition>::all(c.client.clone());
     let params = PatchParams::apply("demo-controller-tests").force();
-    api.patch("podsummaries.demo.example.com", &params, &Patch::Apply(&crd)).await.expect("apply the CRD");
+    // Two tests that apply it first at the same time: one may be told it
+    // already exists; the next try updates it to the same object.
+    let start = std::time::Instant::now();
+    while let Err(err) = api.patch("podsummaries.demo.example.com", &params, &Patch::Apply(&crd)).await {
+        assert!(start.elapsed() < T, "apply the CRD: {err}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let established = |crd: &CustomResourceDefinition| {
         let conditions = crd.status.as_ref().and_then(|s| s.conditions.as_ref());
         conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
@@ -898,13 +904,22 @@ async fn chapter7_pitfall_write_twice_gets_a_conflict_and_the_retry_overwrites_n
     ch7_summary(&c, &ns, "web", "web").await;
     let ch = start("ch7_pod_summary", &c, &["-n", &ns, "--pitfall", "write-twice"]);
     let conflict = format!("conflict: {ns}/web: the cache was stale, retrying");
-    wait_line(&ch, &conflict, 1).await;
-    // The next change is computed from a cache that holds the first write.
-    set_phase(&c.client, &ns, "web-1", "Running").await;
-    wait_line(&ch, &conflict, 2).await;
-    let out = stop(ch, "INT").await;
     let pending = "matched=1 phases={Pending: 1} restarts=0 observedGeneration=1";
     let running = "matched=1 phases={Running: 1} restarts=0 observedGeneration=1";
+    wait_line(&ch, &conflict, 1).await;
+    // The next change is computed from a cache that holds the first write
+    // (or, if the watch has not brought it yet, gets a conflict of its own
+    // first, and is retried until it does).
+    set_phase(&c.client, &ns, "web-1", "Running").await;
+    let written = format!("status: {ns}/web {running} (was {pending})");
+    wait_line(&ch, &written, 1).await;
+    // Then that write's own second try.
+    let start = std::time::Instant::now();
+    while !output(&ch).iter().skip_while(|l| **l != written).any(|l| *l == conflict) {
+        assert!(start.elapsed() < T, "no conflict after {written:?}\n{:#?}", output(&ch));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let out = stop(ch, "INT").await;
     let (kept, conflicts) = ch7_without_conflicts(&out);
     assert_eq!(
         kept,
