@@ -223,7 +223,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     tokio::spawn(informer(summary_api, summary_writer, move |event| d.handle_summary(event)));
     // Nothing is computed before both caches hold their first list: a sync
     // that ran with an empty pod cache would write `matched=0` for every
-    // summary: a classic bug of Go controllers.
+    // summary: a classic bug of controllers.
     println!("waiting for both caches to sync");
     ctl.pods.wait_until_ready().await?;
     ctl.summaries.wait_until_ready().await?;
