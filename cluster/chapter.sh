@@ -5,10 +5,13 @@
 # (which a cluster's controller-manager would make; this one has none, and
 # without it no pod is admitted), then runs examples/chN_*.rs against it.
 # Its first two lines name the chapter and give the kubectl command (with
-# the KUBECONFIG to use) that makes a pod appear in it. Ctrl-C stops the chapter; the control plane stays up for the next
-# one (`make cluster-down` stops it).
+# the KUBECONFIG to use) that makes a pod appear in it. Chapter 7 first
+# installs its PodSummary CRD (what the chapter prints with --print-crd) and
+# prints the commands that create a PodSummary and a pod it selects. Ctrl-C
+# stops the chapter; the control plane stays up for the next one (`make
+# cluster-down` stops it).
 #
-# Usage: N=1 cluster/chapter.sh [--dir DIR]   (N: 1 to 5; DIR defaults to
+# Usage: N=1 cluster/chapter.sh [--dir DIR]   (N: 1 to 5, or 7; DIR defaults to
 #        <repo>/target/local-cluster; ARGS in the environment: more flags
 #        for the chapter, e.g. ARGS="--pitfall never-done" for chapter 4)
 set -euo pipefail
@@ -17,21 +20,29 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # repo, dir, marker, step, the di
 log() { echo "chapter.sh: $*" >&2; }
 cd "$repo"
 
-chapters=(ch1_watch ch2_cache ch3_queue ch4_controller ch5_controller_runtime)
+# Chapter 6 runs two replicas: its page says how (two terminals).
+chapters=([1]=ch1_watch [2]=ch2_cache [3]=ch3_queue [4]=ch4_controller [5]=ch5_controller_runtime [7]=ch7_pod_summary)
 n=${N:-}
-if [[ ! $n =~ ^[1-9]$ ]] || ((n > ${#chapters[@]})); then
-	echo "make chapter: N must be one of 1 2 3 4 5 (got '${n}'): e.g. make chapter N=1" >&2
+if [[ ! $n =~ ^[1-9]$ ]] || [[ -z ${chapters[n]:-} ]]; then
+	echo "make chapter: N must be one of ${!chapters[*]} (got '${n}'): e.g. make chapter N=1" >&2
 	exit 2
 fi
-example=${chapters[n - 1]}
+example=${chapters[n]}
 ns=play
 # Where cargo builds the chapter, checked before anything is built there.
 target=$(cargo_target) || exit 1
 
 # The command first: the path DIR will have once made, resolved.
 kubeconfig=$(realpath -m -- "$dir")/kubeconfig
-log "chapter $n (examples/$example.rs) on the local control plane; to make a pod appear in it, in another terminal:"
-echo "    KUBECONFIG=$kubeconfig kubectl -n $ns run kuard --image=registry.k8s.io/pause:3.10" >&2
+if ((n == 7)); then
+	log "chapter $n (examples/$example.rs) on the local control plane; to create a PodSummary and a pod it selects, in another terminal:"
+	echo "    echo '{\"apiVersion\":\"demo.example.com/v1alpha1\",\"kind\":\"PodSummary\",\"metadata\":{\"name\":\"web\"},\"spec\":{\"selector\":{\"matchLabels\":{\"app\":\"web\"}}}}' | KUBECONFIG=$kubeconfig kubectl -n $ns apply -f -" >&2
+	echo "    KUBECONFIG=$kubeconfig kubectl -n $ns run web-1 --image=registry.k8s.io/pause:3.10 --labels=app=web" >&2
+	echo "    KUBECONFIG=$kubeconfig kubectl -n $ns describe podsummary web   # its status and Events" >&2
+else
+	log "chapter $n (examples/$example.rs) on the local control plane; to make a pod appear in it, in another terminal:"
+	echo "    KUBECONFIG=$kubeconfig kubectl -n $ns run kuard --image=registry.k8s.io/pause:3.10" >&2
+fi
 
 step "kube-apiserver and etcd (built from Go modules once, then cached)" control-plane-build bash cluster/build.sh >/dev/null
 step "the local control plane (cluster/up.sh --dir $dir)" control-plane-up bash cluster/up.sh --dir "$dir" >/dev/null
@@ -39,11 +50,11 @@ guard_dir "$marker"
 # shellcheck source=/dev/null
 source "$dir/env"
 
-# post PATH BODY: creates an object with the admin certificate (no kubectl
-# needed); one that exists already is fine.
+# post PATH BODY [TYPE]: creates an object with the admin certificate (no
+# kubectl needed), from JSON or the TYPE given; one that exists already is fine.
 post() {
 	local code
-	code=$(curl -sS -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' --data "$2" \
+	code=$(curl -sS -o /dev/null -w '%{http_code}' -X POST -H "Content-Type: ${3:-application/json}" --data-binary "$2" \
 		--cacert "$dir/pki/ca.crt" --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key" "$APISERVER_URL$1") || true
 	[[ $code == 201 || $code == 409 ]] || { log "error: creating $1 failed (HTTP ${code:-none}): see $dir/logs/kube-apiserver.log"; exit 1; }
 }
@@ -51,8 +62,25 @@ post /api/v1/namespaces "{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadat
 post "/api/v1/namespaces/$ns/serviceaccounts" '{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default"}}'
 
 step "examples/$example.rs (cargo build --example $example)" "chapter-build" cargo build --locked --example "$example"
-log "running examples/$example.rs -n $ns ${ARGS:-}  (Ctrl-C stops it; the control plane stays up: make cluster-down)"
 export KUBECONFIG=$dir/kubeconfig
 program=$(built "$target" "debug/examples/$example") || exit 1
+if ((n == 7)); then
+	# The CRD made from the chapter's Rust type. One already installed is
+	# kept (make cluster-down, then this again, installs a changed one).
+	crd=/apis/apiextensions.k8s.io/v1/customresourcedefinitions
+	post "$crd" "$("$program" --print-crd)" application/yaml
+	established() {
+		curl -sS --cacert "$dir/pki/ca.crt" --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key" \
+			"$APISERVER_URL$crd/podsummaries.demo.example.com" | tr -d ' \n' |
+			grep -q '"type":"Established","status":"True"'
+	}
+	tries=0
+	until established; do
+		((++tries < 100)) || { log "error: the PodSummary CRD is not Established after 10 s: see $dir/logs/kube-apiserver.log"; exit 1; }
+		sleep 0.1
+	done
+	log "the PodSummary CRD is installed (podsummaries.demo.example.com)"
+fi
+log "running examples/$example.rs -n $ns ${ARGS:-}  (Ctrl-C stops it; the control plane stays up: make cluster-down)"
 # shellcheck disable=SC2086 # ARGS: the learner's flags, split as a shell would
 exec "$program" -n "$ns" ${ARGS:-}

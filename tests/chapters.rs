@@ -725,3 +725,229 @@ async fn chapter6_pitfall_keep_logging_logs_what_the_new_leader_logs_too() {
     assert!(out.contains(&format!("onAdd: {ns}/during")), "{out:#?}");
     assert!(out.contains(&"standing by: replica-b leads".to_string()), "it even says who leads: {out:#?}");
 }
+
+/// The PodSummary resource of chapter 7, for a test that has not its Rust type.
+fn ch7_summaries(c: &Cluster, ns: &str) -> Api<kube::api::DynamicObject> {
+    let gvk = kube::api::GroupVersionKind::gvk("demo.example.com", "v1alpha1", "PodSummary");
+    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "podsummaries");
+    Api::namespaced_with(c.client.clone(), ns, &resource)
+}
+
+/// The CRD as `--print-crd` prints it, applied with kube's
+/// `Api<CustomResourceDefinition>`, then waited on until Established. Tests
+/// share one control plane and the CRD is cluster-wide: a server-side apply
+/// of the same object is the same whoever comes first, and no test deletes it.
+async fn ch7_crd(c: &Cluster) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let out = Command::new(chapter_bin("ch7_pod_summary")).arg("--print-crd").output().expect("run --print-crd");
+    assert!(out.status.success() && out.stderr.is_empty(), "--print-crd: {out:?}");
+    let yaml = String::from_utf8(out.stdout).expect("UTF-8");
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&yaml).expect("--print-crd prints a CRD in YAML");
+    assert_eq!(crd.metadata.name.as_deref(), Some("podsummaries.demo.example.com"));
+    let api = Api::<CustomResourceDefinition>::all(c.client.clone());
+    let params = PatchParams::apply("demo-controller-tests").force();
+    // Two tests that apply it first at the same time: one may be told it
+    // already exists; the next try updates it to the same object.
+    let start = std::time::Instant::now();
+    while let Err(err) = api.patch("podsummaries.demo.example.com", &params, &Patch::Apply(&crd)).await {
+        assert!(start.elapsed() < T, "apply the CRD: {err}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let established = |crd: &CustomResourceDefinition| {
+        let conditions = crd.status.as_ref().and_then(|s| s.conditions.as_ref());
+        conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+    };
+    let start = std::time::Instant::now();
+    while !established(&api.get("podsummaries.demo.example.com").await.expect("get the CRD")) {
+        assert!(start.elapsed() < T, "the CRD never became Established");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Creates PodSummary `name` in `ns` selecting `app=<app>`.
+async fn ch7_summary(c: &Cluster, ns: &str, name: &str, app: &str) {
+    let summary = json!({
+        "apiVersion": "demo.example.com/v1alpha1", "kind": "PodSummary",
+        "metadata": {"name": name},
+        "spec": {"selector": {"matchLabels": {"app": app}}},
+    });
+    let summary = serde_json::from_value(summary).unwrap();
+    // The CRD's API can take a moment after Established to serve a write.
+    let start = std::time::Instant::now();
+    while let Err(err) = ch7_summaries(c, ns).create(&kube::api::PostParams::default(), &summary).await {
+        assert!(start.elapsed() < T, "create PodSummary {ns}/{name}: {err}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Sets the restart count of the pod's container, as a kubelet would.
+async fn ch7_restarts(c: &Cluster, ns: &str, pod: &str, restarts: i32) {
+    let patch = json!({"status": {"containerStatuses": [{
+        "name": "c", "image": "registry.k8s.io/pause:3.10", "imageID": "", "ready": false,
+        "restartCount": restarts, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+    }]}});
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(c.client.clone(), ns)
+        .patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch container statuses");
+}
+
+/// The chapter's output without its `conflict:` lines, and how many there were.
+/// A conflict is a normal event for a writer: when a sync runs before the
+/// watch has brought the summary's latest write into the cache, the server
+/// answers 409, the key is retried, and the retry prints the same lines as a
+/// sync without the conflict would have.
+fn ch7_without_conflicts(out: &[String]) -> (Vec<String>, usize) {
+    let kept: Vec<String> = out.iter().filter(|l| !l.starts_with("conflict: ")).cloned().collect();
+    let conflicts = out.len() - kept.len();
+    (kept, conflicts)
+}
+
+/// The notes of the `Summarized` events.k8s.io/v1 Events on PodSummary
+/// `name`, read back from the API.
+async fn ch7_event_notes(c: &Cluster, ns: &str, name: &str) -> Vec<String> {
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(c.client.clone(), ns);
+    let list = events.list(&kube::api::ListParams::default()).await.expect("list events");
+    let mut notes: Vec<String> = list
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Summarized"))
+        .filter(|e| {
+            e.regarding
+                .as_ref()
+                .is_some_and(|r| r.kind.as_deref() == Some("PodSummary") && r.name.as_deref() == Some(name))
+        })
+        .filter_map(|e| e.note)
+        .collect();
+    notes.sort();
+    notes
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn chapter7_status_follows_pods_and_selector_and_a_wrong_status_is_put_right() {
+    let c = cluster().await;
+    ch7_crd(&c).await;
+    let ns = namespace(&c.client, "ch7").await;
+    create(&c.client, &ns, "web-1", &[("app", "web")]).await;
+    create(&c.client, &ns, "web-2", &[("app", "web")]).await;
+    create(&c.client, &ns, "db", &[("app", "db")]).await;
+    ch7_summary(&c, &ns, "web", "web").await;
+    let ch = start("ch7_pod_summary", &c, &["-n", &ns]);
+    let status = |now: &str, was: &str| format!("status: {ns}/web {now} (was {was})");
+    let event = format!("event: Summarized {ns}/web");
+    // On start: every summary computed from nothing.
+    let two_pending = "matched=2 phases={Pending: 2} restarts=0 observedGeneration=1";
+    wait_line(&ch, &event, 1).await;
+    // A pod's phase (a kubelet would set it; this control plane has none).
+    set_phase(&c.client, &ns, "web-1", "Running").await;
+    let one_running = "matched=2 phases={Pending: 1, Running: 1} restarts=0 observedGeneration=1";
+    wait_line(&ch, &event, 2).await;
+    // Its container restarted three times.
+    ch7_restarts(&c, &ns, "web-1", 3).await;
+    let restarted = "matched=2 phases={Pending: 1, Running: 1} restarts=3 observedGeneration=1";
+    wait_line(&ch, &event, 3).await;
+    // A relabelled pod leaves the summary.
+    label(&c.client, &ns, "web-2", "app", "db").await;
+    let relabelled = "matched=1 phases={Running: 1} restarts=3 observedGeneration=1";
+    wait_line(&ch, &event, 4).await;
+    // A deleted pod too.
+    delete(&c.client, &ns, "web-1").await;
+    let none = "matched=0 phases={} restarts=0 observedGeneration=1";
+    wait_line(&ch, &event, 5).await;
+    // A changed selector: a new generation of the spec.
+    let patch = json!({"spec": {"selector": {"matchLabels": {"app": "db"}}}});
+    ch7_summaries(&c, &ns).patch("web", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("selector");
+    let db = "matched=2 phases={Pending: 2} restarts=0 observedGeneration=2";
+    wait_line(&ch, &event, 6).await;
+    // Someone else writes a wrong status: it is put right.
+    let wrong = json!({"status": {"matched": 99}});
+    ch7_summaries(&c, &ns).patch_status("web", &PatchParams::default(), &Patch::Merge(&wrong)).await.expect("wrong");
+    let wrong = "matched=99 phases={Pending: 2} restarts=0 observedGeneration=2";
+    wait_line(&ch, &event, 7).await;
+    let out = stop(ch, "INT").await;
+    let (out, _) = ch7_without_conflicts(&out);
+    assert_eq!(
+        out,
+        [
+            "chapter 7: PodSummary status from the pods it selects: two caches -> queue -> workers -> status",
+            "waiting for both caches to sync",
+            "caches synced (pods: 3, podsummaries: 1)",
+            &status(two_pending, "no status"),
+            &event,
+            &status(one_running, two_pending),
+            &event,
+            &status(restarted, one_running),
+            &event,
+            &status(relabelled, restarted),
+            &event,
+            &status(none, relabelled),
+            &event,
+            &status(db, none),
+            &event,
+            &status(db, wrong),
+            &event,
+            "received SIGINT: exiting",
+        ]
+    );
+    book_output("ch7_pod_summary", &ns, &out);
+    // The server holds the last status the chapter wrote.
+    let summary = ch7_summaries(&c, &ns).get("web").await.expect("get the summary");
+    assert_eq!(
+        summary.data["status"],
+        json!({"matched": 2, "phases": {"Pending": 2}, "restarts": 0, "observedGeneration": 2})
+    );
+    // One Event per status written, its note saying what was written.
+    let mut notes: Vec<String> =
+        [two_pending, one_running, restarted, relabelled, none, db, db].map(String::from).into();
+    notes.sort();
+    assert_eq!(ch7_event_notes(&c, &ns, "web").await, notes);
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn chapter7_pitfall_write_twice_gets_a_conflict_and_the_retry_overwrites_nothing() {
+    let c = cluster().await;
+    ch7_crd(&c).await;
+    let ns = namespace(&c.client, "ch7").await;
+    create(&c.client, &ns, "web-1", &[("app", "web")]).await;
+    ch7_summary(&c, &ns, "web", "web").await;
+    let ch = start("ch7_pod_summary", &c, &["-n", &ns, "--pitfall", "write-twice"]);
+    let conflict = format!("conflict: {ns}/web: the cache was stale, retrying");
+    let pending = "matched=1 phases={Pending: 1} restarts=0 observedGeneration=1";
+    let running = "matched=1 phases={Running: 1} restarts=0 observedGeneration=1";
+    wait_line(&ch, &conflict, 1).await;
+    // The next change is computed from a cache that holds the first write
+    // (or, if the watch has not brought it yet, gets a conflict of its own
+    // first, and is retried until it does).
+    set_phase(&c.client, &ns, "web-1", "Running").await;
+    let written = format!("status: {ns}/web {running} (was {pending})");
+    wait_line(&ch, &written, 1).await;
+    // Then that write's own second try.
+    let start = std::time::Instant::now();
+    while !output(&ch).iter().skip_while(|l| **l != written).any(|l| *l == conflict) {
+        assert!(start.elapsed() < T, "no conflict after {written:?}\n{:#?}", output(&ch));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let out = stop(ch, "INT").await;
+    let (kept, conflicts) = ch7_without_conflicts(&out);
+    assert_eq!(
+        kept,
+        [
+            "chapter 7: PodSummary status from the pods it selects: two caches -> queue -> workers -> status",
+            "waiting for both caches to sync",
+            "caches synced (pods: 1, podsummaries: 1)",
+            &format!("status: {ns}/web {pending} (was no status)"),
+            &format!("event: Summarized {ns}/web"),
+            // Not written again after the conflict: the retry found the status true.
+            &format!("status: {ns}/web {running} (was {pending})"),
+            &format!("event: Summarized {ns}/web"),
+            "received SIGINT: exiting",
+        ],
+        "{out:#?}"
+    );
+    // Each write's second try is a conflict, printed after its event line
+    // (a retry that still reads a stale cache conflicts again: more lines).
+    assert!(conflicts >= 2, "{out:#?}");
+    assert_eq!(out[5], conflict, "{out:#?}");
+}
