@@ -12,10 +12,10 @@ NODE ?=
 .PHONY: build run demo chapter test lint book book-serve book-check image push deploy undeploy cluster-up cluster-down bench node-up node-down node-test
 
 build: ## Build the release binary
-	cargo build --release --locked
+	bash cluster/cargo.sh build --release --locked
 
 run: ## Run against the current kubeconfig context (pass flags with ARGS="-n default")
-	cargo run --release --locked -- $(ARGS)
+	bash cluster/cargo.sh run --release --locked -- $(ARGS)
 
 demo: ## Show onAdd/onUpdate/onDelete: on your local cluster (CONTEXT=name, or a kind/k3d/minikube/... current context) in a namespace of its own; else on a local one it starts and removes (one running from cluster-up/node-up is used and left running)
 	@CONTEXT=$(CONTEXT) NODE_DIR=$(NODE_DIR) bash cluster/demo.sh --dir $(CLUSTER_DIR)
@@ -36,10 +36,10 @@ book-check: ## Build the book, failing on a warning or an {{#include}} that does
 	bash book/check.sh
 
 lint: ## cargo fmt --check and clippy with warnings as errors (the workspace's crates/ and the bench harness too)
-	cargo fmt --all -- --check
-	cargo fmt --manifest-path bench/harness/Cargo.toml --all -- --check
-	cargo clippy --all-targets --locked --workspace -- -D warnings
-	CARGO_TARGET_DIR=$(CURDIR)/target cargo clippy --manifest-path bench/harness/Cargo.toml --all-targets --locked -- -D warnings
+	bash cluster/cargo.sh fmt --all -- --check
+	bash cluster/cargo.sh fmt --manifest-path bench/harness/Cargo.toml --all -- --check
+	bash cluster/cargo.sh clippy --all-targets --locked --workspace -- -D warnings
+	bash cluster/cargo.sh --shared-target clippy --manifest-path bench/harness/Cargo.toml --all-targets --locked -- -D warnings
 
 image: ## Build the container image from the Dockerfile (docker or podman; local stand-in bases where none can be pulled)
 	bash cluster/image.sh $(IMAGE)

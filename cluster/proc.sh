@@ -250,12 +250,28 @@ target_hint="set CARGO_TARGET_DIR to a directory only you (or the repository's o
 
 # cargo_target: checks the directories cargo will build in before anything
 # is built there (one that does not exist yet by the deepest directory above
-# it that does), and prints the target directory, where the binaries end up;
-# fails with one line when one is refused.
+# it that does), and the configuration files that could name another one (or
+# a program for cargo to run): .cargo/config.toml in the repository and every
+# directory above it, and in CARGO_HOME. Prints the target directory, where
+# the binaries end up; fails with one line when one is refused. Every make
+# target that runs cargo goes through it, most through cluster/cargo.sh.
 # shellcheck disable=SC2154 # repo: set by the caller
 cargo_target() {
-	local meta target build d
+	local meta target build d f
 	command -v cargo >/dev/null 2>&1 || { log "error: cargo is not installed: install Rust 1.89 or newer (https://rustup.rs) and run this again"; return 1; }
+	d=$repo
+	while :; do
+		for f in "$d/.cargo/config" "$d/.cargo/config.toml"; do
+			[[ -e $f || -L $f ]] || continue
+			TRUSTED_UID=$(stat -c %u "$repo") TRUSTED_HINT="remove it, or make it and the directories above it only yours" checked "$f" >/dev/null || return 1
+		done
+		[[ $d == / ]] && break
+		d=$(dirname -- "$d")
+	done
+	for f in "${CARGO_HOME:-$HOME/.cargo}"/config{,.toml}; do
+		[[ -e $f || -L $f ]] || continue
+		TRUSTED_HINT="set CARGO_HOME to a directory of your own" checked "$f" >/dev/null || return 1
+	done
 	meta=$(cd "$repo" && cargo metadata --no-deps --format-version 1 --locked 2>&1) || { log "error: cargo cannot read the workspace: ${meta%%$'\n'*}"; return 1; }
 	target=$(grep -o '"target_directory":"[^"]*"' <<<"$meta" | cut -d'"' -f4) || true
 	build=$(grep -o '"build_directory":"[^"]*"' <<<"$meta" | cut -d'"' -f4) || true
