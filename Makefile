@@ -1,13 +1,18 @@
 # demo-controller. The two commands a newcomer needs are `make demo` and
 # `make test`; everything else is for working on it or shipping it.
 IMAGE ?= demo-controller:dev
-CLUSTER_DIR ?= target/local-cluster
-NODE_DIR ?= target/local-node
 KUBECTL ?= kubectl
 ARGS ?=
-CONTEXT ?=
 N ?=
 NODE ?=
+# Which cluster a target acts on is said on make's command line only, never
+# taken from the environment: some CI systems export CONTEXT=production, and a
+# CLUSTER_DIR or NODE_DIR exported for something else would pick a cluster
+# unasked. ($(origin V) is `command line` for `make demo CONTEXT=kind-dev`.)
+from_command_line = $(if $(filter command line,$(origin $(1))),$($(1)),$(2))
+override CONTEXT := $(call from_command_line,CONTEXT,)
+override CLUSTER_DIR := $(call from_command_line,CLUSTER_DIR,target/local-cluster)
+override NODE_DIR := $(call from_command_line,NODE_DIR,target/local-node)
 
 .PHONY: build run demo chapter test lint book book-serve book-check image push deploy undeploy cluster-up cluster-down bench node-up node-down node-test
 
@@ -47,12 +52,11 @@ image: ## Build the container image from the Dockerfile (docker or podman; local
 push: ## Push the container image (refused for one built on local stand-in bases)
 	bash cluster/image.sh --push $(IMAGE)
 
-deploy: ## Apply demo-controller.yaml with IMAGE as the container image (the local node's, when it runs)
-	@if [ -z "$$KUBECONFIG" ] && [ -f $(NODE_DIR)/env ]; then export KUBECONFIG=$(NODE_DIR)/plane/kubeconfig; fi; \
-	sed 's|image: demo-controller:dev|image: $(IMAGE)|' demo-controller.yaml | $(KUBECTL) apply -f -
+deploy: ## Apply demo-controller.yaml with IMAGE as the container image: to CONTEXT=name, else the local node when it runs (and KUBECONFIG is unset), else the current context; prints the server first (cluster/deploy.sh)
+	@KUBECTL='$(KUBECTL)' bash cluster/deploy.sh apply --image '$(IMAGE)' --node-dir '$(NODE_DIR)' --context '$(CONTEXT)'
 
-undeploy: ## Remove everything demo-controller.yaml created
-	$(KUBECTL) delete -f demo-controller.yaml --ignore-not-found
+undeploy: ## Remove what demo-controller.yaml created, from the cluster make deploy picks; prints the server first, and refuses one that is not the local node unless named with CONTEXT=name
+	@KUBECTL='$(KUBECTL)' bash cluster/deploy.sh delete --node-dir '$(NODE_DIR)' --context '$(CONTEXT)'
 
 cluster-up: ## Start the local control plane (prints export KUBECONFIG=...)
 	bash cluster/up.sh --dir $(CLUSTER_DIR)
