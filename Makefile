@@ -22,8 +22,8 @@ build: ## Build the release binary
 run: ## Run against the current kubeconfig context (pass flags with ARGS="-n default")
 	bash cluster/cargo.sh run --release --locked -- $(ARGS)
 
-demo: ## Show onAdd/onUpdate/onDelete: on your local cluster (CONTEXT=name, or a kind/k3d/minikube/... current context) in a namespace of its own; else on a local one it starts and removes (one running from cluster-up/node-up is used and left running)
-	@CONTEXT=$(CONTEXT) NODE_DIR=$(NODE_DIR) bash cluster/demo.sh --dir $(CLUSTER_DIR)
+demo: ## Show onAdd/onUpdate/onDelete: on your cluster (CONTEXT=name, or a kind/k3d/minikube/... current context whose server is on this machine) in a namespace of its own; else on a local one it starts and removes (one running from cluster-up/node-up is used and left running)
+	@NODE_DIR='$(NODE_DIR)' bash cluster/demo.sh --dir '$(CLUSTER_DIR)' --context '$(CONTEXT)'
 
 chapter: ## Run chapter N of the book (N=1..5) on the local control plane (started if needed, left running); prints the kubectl line that makes a pod appear
 	@N=$(N) ARGS="$(ARGS)" bash cluster/chapter.sh --dir $(CLUSTER_DIR)

@@ -290,15 +290,27 @@ built() {
 	TRUSTED_UID=$(stat -c %u "$repo") TRUSTED_HINT=$target_hint checked "$1/$2"
 }
 
-# stop_logger: the demos' end. SIGTERM to the logger they started ($logger,
-# set by the caller, as is say), if it still runs, then a wait for its
-# drain: it logs what is queued and exits 0.
+# stop_logger: the demos' end, for the logger they started ($logger, set by
+# the caller, as are say and interrupted). Its first signal makes it drain
+# what is queued and exit; a second one makes it exit at once, the drain cut
+# short. So it gets one signal: after Ctrl-C (the caller's INT trap sets
+# interrupted) it has had it already, as the terminal sends SIGINT to the
+# whole foreground process group, and it is only waited for (SIGTERM only if
+# it still runs 10 s later: then the SIGINT was sent to the script alone).
+# Otherwise it gets SIGTERM, and is waited for.
 stop_logger() {
-	if [[ -n ${logger:-} ]] && kill -0 "$logger" 2>/dev/null; then
-		say "stopping demo-controller (SIGTERM: it drains its queue and exits 0)"
-		kill -TERM "$logger" 2>/dev/null || true
-		wait "$logger" 2>/dev/null || true
+	local deadline
+	[[ -n ${logger:-} ]] && alive "$logger" || return 0
+	if [[ -n ${interrupted:-} ]]; then
+		say "waiting for demo-controller (Ctrl-C reached it too: it drains its queue and exits)"
+		deadline=$((SECONDS + 10))
+		while alive "$logger" && ((SECONDS < deadline)); do sleep 0.1; done
 	fi
+	if alive "$logger"; then
+		((${interrupted:-0})) || say "stopping demo-controller (SIGTERM: it drains its queue and exits 0)"
+		kill -TERM "$logger" 2>/dev/null || true
+	fi
+	wait "$logger" 2>/dev/null || true
 }
 
 # --- Quiet steps -------------------------------------------------------------------
