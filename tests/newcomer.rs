@@ -419,6 +419,48 @@ fn make_demo_takes_context_from_the_command_line_only() {
     );
 }
 
+/// Through make, bad input is the script's one line, then make's own line
+/// with the script's code, and make exits 2: what book/src/appendix/
+/// operations.md says.
+#[test]
+fn bad_input_through_make_is_the_scripts_line_then_makes_and_exit_2() {
+    let make = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new("make");
+        cmd.current_dir(repo()).arg("--no-print-directory").args(args);
+        for var in ["MAKEFLAGS", "MFLAGS", "MAKELEVEL", "CONTEXT", "CLUSTER_DIR", "NODE_DIR"] {
+            cmd.env_remove(var);
+        }
+        let out = cmd.envs(env.iter().copied()).output().expect("run make");
+        let lines: Vec<String> = String::from_utf8_lossy(&out.stderr).lines().map(str::to_owned).collect();
+        (out.status.code(), lines)
+    };
+    let make_line = |line: &str, target: &str, code: u8| {
+        line.starts_with("make: *** [Makefile:") && line.ends_with(&format!(": {target}] Error {code}"))
+    };
+
+    let (code, lines) = make(&["chapter", "N=9"], &[]);
+    assert_eq!(code, Some(2), "{lines:?}");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0], "make chapter: N must be one of 1 2 3 4 5 (got '9'): e.g. make chapter N=1");
+    assert!(make_line(&lines[1], "chapter", 2), "{lines:?}");
+
+    let kc = kubeconfig("newcomer-make-nope", "https://127.0.0.1:1", None, "    token: x");
+    let (code, lines) = make(&["demo", "CONTEXT=nope"], &[("KUBECONFIG", kc.to_str().unwrap())]);
+    assert_eq!(code, Some(2), "{lines:?}");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].starts_with("demo.sh: error: no context nope in your kubeconfig"), "{lines:?}");
+    assert!(make_line(&lines[1], "demo", 1), "{lines:?}");
+
+    let docs = std::fs::read_to_string(repo().join("book/src/appendix/operations.md")).expect("operations.md");
+    let docs = docs.split_whitespace().collect::<Vec<_>>().join(" ");
+    for promise in [
+        "is one line on stderr naming the problem and the fix, and the script exits 1 (2 for a bad `N`)",
+        "`make: *** [Makefile:LINE: TARGET] Error CODE`, with the script's code in it, and exits 2 whatever that code was",
+    ] {
+        assert!(docs.contains(promise), "operations.md no longer says: {promise}");
+    }
+}
+
 /// The demos' logger gets one signal (proc.sh's stop_logger): after Ctrl-C,
 /// which the terminal sent to it too, it is only waited for; when the script
 /// alone is stopped, it gets SIGTERM. A stand-in logger records every signal
