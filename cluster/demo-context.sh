@@ -72,7 +72,9 @@ k -n "$ns" get serviceaccount default >/dev/null 2>&1 || k -n "$ns" create servi
 
 work=$(mktemp -d) # 0700, ours: demo-controller's log, to see when its cache has synced
 say "starting demo-controller -n $ns (its log lines follow)"
-"$logger_bin" --context "$ctx" -n "$ns" --probe-addr 0 --metrics-addr 0 > >(tee "$work/log") 2>&1 &
+# (tee -i: Ctrl-C reaches tee too, one process group; it goes on, so the
+# lines demo-controller logs while it drains still show.)
+"$logger_bin" --context "$ctx" -n "$ns" --probe-addr 0 --metrics-addr 0 > >(tee -i "$work/log") 2>&1 &
 logger=$!
 for _ in $(seq 100); do grep -q "cache synced" "$work/log" 2>/dev/null && break; sleep 0.1; done
 

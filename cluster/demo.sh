@@ -117,7 +117,9 @@ source "$dir/env"
 say "starting demo-controller (its log lines follow)"
 # Its output goes to the terminal and to a file; with process substitution
 # `$!` is the logger itself, the process to signal at the end.
-"$logger_bin" --probe-addr 0 --metrics-addr 0 > >(tee "$logfile") 2>&1 &
+# (tee -i: Ctrl-C reaches tee too, one process group; it goes on, so the
+# lines demo-controller logs while it drains still show.)
+"$logger_bin" --probe-addr 0 --metrics-addr 0 > >(tee -i "$logfile") 2>&1 &
 # shellcheck disable=SC2034 # logger: read by stop_logger (proc.sh) at the end
 logger=$!
 for _ in $(seq 100); do grep -q "cache synced" "$logfile" 2>/dev/null && break; sleep 0.1; done

@@ -522,3 +522,40 @@ while :; do sleep 0.1; done
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `make demo` on a control plane that was already running (`make
+/// cluster-up`) creates its pod under a name of its own run and deletes
+/// only that: a pod someone else named `kuard` is left as it was.
+#[tokio::test]
+#[ignore = "needs the local control plane: run `make test`"]
+async fn make_demo_on_a_running_control_plane_leaves_a_pod_it_did_not_create() {
+    use kube::api::PostParams;
+    let cluster = cluster().await;
+    let pods = Api::<Pod>::namespaced(cluster.client.clone(), "default");
+    let theirs: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kuard", "labels": {"owner": "someone-else"}},
+        "spec": {"containers": [{"name": "kuard", "image": "registry.k8s.io/pause:3.10"}]}
+    }))
+    .expect("a pod");
+    // One left by an earlier run of this test.
+    let _ = pods.delete("kuard", &DeleteParams::default().grace_period(0)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let created = loop {
+        match pods.create(&PostParams::default(), &theirs).await {
+            Ok(p) => break p,
+            Err(e) => assert!(Instant::now() < deadline, "creating their kuard: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let dir = cluster.dir.to_str().expect("utf-8 path");
+    let (code, lines) = run(&["cluster/demo.sh", "--dir", dir], &[("KUBECONFIG", "/nonexistent/kubeconfig")]);
+    let all = lines.join("\n");
+    let after = pods.get_opt("kuard").await.expect("get kuard");
+    let _ = pods.delete("kuard", &DeleteParams::default().grace_period(0)).await;
+    assert_eq!(code, 0, "{all}");
+    assert!(all.contains(&format!("using the control plane already running in {dir}")), "{all}");
+    assert!(all.contains("onAdd: default/kuard-") && all.contains("onDelete: default/kuard-"), "{all}");
+    let after = after.unwrap_or_else(|| panic!("their kuard was deleted:\n{all}"));
+    assert_eq!(after.metadata.uid, created.metadata.uid, "{all}");
+    assert!(after.metadata.deletion_timestamp.is_none(), "their kuard is being deleted:\n{all}");
+}

@@ -99,7 +99,9 @@ wait_until() {
 }
 
 say "starting demo-controller (its log lines follow)"
-"$logger_bin" --probe-addr 0 --metrics-addr 0 > >(tee "$logfile") 2>&1 &
+# (tee -i: Ctrl-C reaches tee too, one process group; it goes on, so the
+# lines demo-controller logs while it drains still show.)
+"$logger_bin" --probe-addr 0 --metrics-addr 0 > >(tee -i "$logfile") 2>&1 &
 # shellcheck disable=SC2034 # logger: read by stop_logger (proc.sh) at the end
 logger=$!
 for _ in $(seq 100); do grep -q "cache synced" "$logfile" 2>/dev/null && break; sleep 0.1; done
