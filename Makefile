@@ -1,24 +1,29 @@
 # demo-controller. The two commands a newcomer needs are `make demo` and
 # `make test`; everything else is for working on it or shipping it.
 IMAGE ?= demo-controller:dev
-CLUSTER_DIR ?= target/local-cluster
-NODE_DIR ?= target/local-node
 KUBECTL ?= kubectl
 ARGS ?=
-CONTEXT ?=
 N ?=
 NODE ?=
+# Which cluster a target acts on is said on make's command line only, never
+# taken from the environment: some CI systems export CONTEXT=production, and a
+# CLUSTER_DIR or NODE_DIR exported for something else would pick a cluster
+# unasked. ($(origin V) is `command line` for `make demo CONTEXT=kind-dev`.)
+from_command_line = $(if $(filter command line,$(origin $(1))),$($(1)),$(2))
+override CONTEXT := $(call from_command_line,CONTEXT,)
+override CLUSTER_DIR := $(call from_command_line,CLUSTER_DIR,target/local-cluster)
+override NODE_DIR := $(call from_command_line,NODE_DIR,target/local-node)
 
 .PHONY: build run demo chapter test lint book book-serve book-check image push deploy undeploy cluster-up cluster-down bench node-up node-down node-test
 
 build: ## Build the release binary
-	cargo build --release --locked
+	bash cluster/cargo.sh build --release --locked
 
 run: ## Run against the current kubeconfig context (pass flags with ARGS="-n default")
-	cargo run --release --locked -- $(ARGS)
+	bash cluster/cargo.sh run --release --locked -- $(ARGS)
 
-demo: ## Show onAdd/onUpdate/onDelete: on your local cluster (CONTEXT=name, or a kind/k3d/minikube/... current context) in a namespace of its own; else on a local one it starts and removes (one running from cluster-up/node-up is used and left running)
-	@CONTEXT=$(CONTEXT) NODE_DIR=$(NODE_DIR) bash cluster/demo.sh --dir $(CLUSTER_DIR)
+demo: ## Show onAdd/onUpdate/onDelete: on your cluster (CONTEXT=name, or a kind/k3d/minikube/... current context whose server is on this machine) in a namespace of its own; else on a local one it starts and removes (one running from cluster-up/node-up is used and left running)
+	@NODE_DIR='$(NODE_DIR)' bash cluster/demo.sh --dir '$(CLUSTER_DIR)' --context '$(CONTEXT)'
 
 chapter: ## Run chapter N of the book (N=1..5 or 7) on the local control plane (started if needed, left running); prints the kubectl line that makes a pod appear (for 7: installs its CRD, prints the lines that create a PodSummary and a pod)
 	@N=$(N) ARGS="$(ARGS)" bash cluster/chapter.sh --dir $(CLUSTER_DIR)
@@ -36,10 +41,10 @@ book-check: ## Build the book, failing on a warning (the code pages show is chec
 	bash book/check.sh
 
 lint: ## cargo fmt --check and clippy with warnings as errors (the workspace's crates/ and the bench harness too)
-	cargo fmt --all -- --check
-	cargo fmt --manifest-path bench/harness/Cargo.toml --all -- --check
-	cargo clippy --all-targets --locked --workspace -- -D warnings
-	CARGO_TARGET_DIR=$(CURDIR)/target cargo clippy --manifest-path bench/harness/Cargo.toml --all-targets --locked -- -D warnings
+	bash cluster/cargo.sh fmt --all -- --check
+	bash cluster/cargo.sh fmt --manifest-path bench/harness/Cargo.toml --all -- --check
+	bash cluster/cargo.sh clippy --all-targets --locked --workspace -- -D warnings
+	bash cluster/cargo.sh --shared-target clippy --manifest-path bench/harness/Cargo.toml --all-targets --locked -- -D warnings
 
 image: ## Build the container image from the Dockerfile (docker or podman; local stand-in bases where none can be pulled)
 	bash cluster/image.sh $(IMAGE)
@@ -47,12 +52,11 @@ image: ## Build the container image from the Dockerfile (docker or podman; local
 push: ## Push the container image (refused for one built on local stand-in bases)
 	bash cluster/image.sh --push $(IMAGE)
 
-deploy: ## Apply demo-controller.yaml with IMAGE as the container image (the local node's, when it runs)
-	@if [ -z "$$KUBECONFIG" ] && [ -f $(NODE_DIR)/env ]; then export KUBECONFIG=$(NODE_DIR)/plane/kubeconfig; fi; \
-	sed 's|image: demo-controller:dev|image: $(IMAGE)|' demo-controller.yaml | $(KUBECTL) apply -f -
+deploy: ## Apply demo-controller.yaml with IMAGE as the container image: to CONTEXT=name, else the local node when it runs (and KUBECONFIG is unset), else the current context; prints the server first (cluster/deploy.sh)
+	@KUBECTL='$(KUBECTL)' bash cluster/deploy.sh apply --image '$(IMAGE)' --node-dir '$(NODE_DIR)' --context '$(CONTEXT)'
 
-undeploy: ## Remove everything demo-controller.yaml created
-	$(KUBECTL) delete -f demo-controller.yaml --ignore-not-found
+undeploy: ## Remove what demo-controller.yaml created, from the cluster make deploy picks; prints the server first, and refuses one that is not the local node unless named with CONTEXT=name
+	@KUBECTL='$(KUBECTL)' bash cluster/deploy.sh delete --node-dir '$(NODE_DIR)' --context '$(CONTEXT)'
 
 cluster-up: ## Start the local control plane (prints export KUBECONFIG=...)
 	bash cluster/up.sh --dir $(CLUSTER_DIR)

@@ -27,10 +27,20 @@ case ${1:-} in -h | --help)
 	;;
 esac
 
+# Where cargo builds, checked before it runs (root runs what it builds:
+# cargo_target in cluster/proc.sh). The harness, a workspace of its own (see
+# bench/harness/Cargo.toml), is built into the same target directory so the
+# dependencies both share compile once, and every binary runs by the path
+# checked once built (built in proc.sh).
+log() { say "$@"; }
+source cluster/proc.sh
+target=$(cargo_target) || exit 1
+
 # The harness runs in the background so that a signal reaches this script at
 # once (bash runs traps only between commands); cleanup stops the harness
 # (which kills the logger it runs) before the control plane under it.
 bench=
+declare -A bins
 cleanup() {
 	local status=$?
 	trap - EXIT INT TERM
@@ -47,9 +57,10 @@ trap 'exit 143' TERM HUP
 
 say "building demo-controller, the kube-rs logger, the floors and the harness (release)"
 cargo build --release --locked
-# The harness is a workspace of its own (see bench/harness/Cargo.toml), built
-# into this repo's target/ so the dependencies both share compile once.
-CARGO_TARGET_DIR=$repo/target cargo build --release --locked --manifest-path bench/harness/Cargo.toml
+CARGO_TARGET_DIR=$target cargo build --release --locked --manifest-path bench/harness/Cargo.toml
+for b in bench demo-controller kube-rs-logger bench-floor; do
+	bins[$b]=$(built "$target" "release/$b") || exit 1
+done
 
 say "building the client-go baseline logger"
 [[ -f bench/build-go-logger.sh ]] || { say "error: bench/build-go-logger.sh is missing"; exit 1; }
@@ -63,6 +74,7 @@ bash cluster/up.sh --dir "$dir" >/dev/null
 BENCH_COMMAND=bench/run.sh
 (($#)) && BENCH_COMMAND+=$(printf ' %q' "$@")
 export BENCH_COMMAND
-target/release/bench --kubeconfig "$dir/kubeconfig" --cluster-dir "$dir" --go-logger "$go_logger" "$@" &
+"${bins[bench]}" --kubeconfig "$dir/kubeconfig" --cluster-dir "$dir" --go-logger "$go_logger" \
+	--demo-controller "${bins[demo-controller]}" --kube-rs-logger "${bins[kube-rs-logger]}" --floor "${bins[bench-floor]}" "$@" &
 bench=$!
 wait "$bench"

@@ -31,25 +31,38 @@ server=$(kubectl config view -o jsonpath="{.clusters[?(@.name==\"$cluster\")].cl
 log "using your cluster: context $ctx ($server), in a namespace of its own, deleted at the end"
 
 k() { kubectl --context "$ctx" "$@"; }
-ns='' logger='' work=''
+ns='' logger='' work='' interrupted='' asked=''
+# This run's label, on the namespace it creates: a Ctrl-C that cuts the
+# create short after the server took it leaves the name unknown, and the
+# cleanup finds the namespace by the label. It deletes nothing else.
+run=$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
+label=demo-controller-run=$run
+# On any exit: Ctrl-C (which the terminal sends to demo-controller too: see
+# stop_logger in proc.sh), a failed step, the end. A second Ctrl-C while it
+# runs is ignored, so it always finishes (each request has a time limit).
 cleanup() {
-	trap - EXIT INT TERM
+	trap '' INT TERM
 	stop_logger
-	if [[ -n $ns ]]; then
-		say "kubectl delete namespace $ns   (the demo's namespace, and all in it)"
-		k delete namespace "$ns" --wait=false >/dev/null || log "error: could not delete namespace $ns: delete it with kubectl --context $ctx delete namespace $ns"
+	if [[ -z $ns && -n $asked ]]; then
+		ns=$(k --request-timeout=10s get namespaces -l "$label" -o jsonpath='{.items[*].metadata.name}' 2>/dev/null) ||
+			log "error: could not look for the demo's namespace: delete it with kubectl --context $ctx delete namespace -l $label"
 	fi
+	for n in $ns; do
+		say "kubectl delete namespace $n   (the demo's namespace, and all in it)"
+		k --request-timeout=10s delete namespace "$n" --wait=false >/dev/null || log "error: could not delete namespace $n: delete it with kubectl --context $ctx delete namespace $n"
+	done
 	[[ -z $work ]] || rm -rf -- "$work"
 }
 trap cleanup EXIT
-trap 'exit 130' INT
+trap 'interrupted=1; exit 130' INT
 trap 'exit 143' TERM
 
 step "demo-controller (cargo build)" demo-build cargo build --locked
 logger_bin=$(built "$target" debug/demo-controller) || exit 1
 
 # The API server picks the name (generateName), so no run meets another's.
-ns=$(k create -o jsonpath='{.metadata.name}' -f - <<<'{"apiVersion":"v1","kind":"Namespace","metadata":{"generateName":"demo-controller-","labels":{"app.kubernetes.io/created-by":"demo-controller-demo"}}}')
+asked=1 # from here on the namespace may exist
+ns=$(k create -o jsonpath='{.metadata.name}' -f - <<<'{"apiVersion":"v1","kind":"Namespace","metadata":{"generateName":"demo-controller-","labels":{"app.kubernetes.io/created-by":"demo-controller-demo","demo-controller-run":"'"$run"'"}}}')
 say "kubectl create namespace $ns"
 # Its `default` ServiceAccount, without which no pod is admitted, comes from
 # the controller-manager; a cluster that has none (a bare API server) gets it
@@ -59,7 +72,9 @@ k -n "$ns" get serviceaccount default >/dev/null 2>&1 || k -n "$ns" create servi
 
 work=$(mktemp -d) # 0700, ours: demo-controller's log, to see when its cache has synced
 say "starting demo-controller -n $ns (its log lines follow)"
-"$logger_bin" --context "$ctx" -n "$ns" --probe-addr 0 --metrics-addr 0 > >(tee "$work/log") 2>&1 &
+# (tee -i: Ctrl-C reaches tee too, one process group; it goes on, so the
+# lines demo-controller logs while it drains still show.)
+"$logger_bin" --context "$ctx" -n "$ns" --probe-addr 0 --metrics-addr 0 > >(tee -i "$work/log") 2>&1 &
 logger=$!
 for _ in $(seq 100); do grep -q "cache synced" "$work/log" 2>/dev/null && break; sleep 0.1; done
 

@@ -250,12 +250,28 @@ target_hint="set CARGO_TARGET_DIR to a directory only you (or the repository's o
 
 # cargo_target: checks the directories cargo will build in before anything
 # is built there (one that does not exist yet by the deepest directory above
-# it that does), and prints the target directory, where the binaries end up;
-# fails with one line when one is refused.
+# it that does), and the configuration files that could name another one (or
+# a program for cargo to run): .cargo/config.toml in the repository and every
+# directory above it, and in CARGO_HOME. Prints the target directory, where
+# the binaries end up; fails with one line when one is refused. Every make
+# target that runs cargo goes through it, most through cluster/cargo.sh.
 # shellcheck disable=SC2154 # repo: set by the caller
 cargo_target() {
-	local meta target build d
+	local meta target build d f
 	command -v cargo >/dev/null 2>&1 || { log "error: cargo is not installed: install Rust 1.89 or newer (https://rustup.rs) and run this again"; return 1; }
+	d=$repo
+	while :; do
+		for f in "$d/.cargo/config" "$d/.cargo/config.toml"; do
+			[[ -e $f || -L $f ]] || continue
+			TRUSTED_UID=$(stat -c %u "$repo") TRUSTED_HINT="remove it, or make it and the directories above it only yours" checked "$f" >/dev/null || return 1
+		done
+		[[ $d == / ]] && break
+		d=$(dirname -- "$d")
+	done
+	for f in "${CARGO_HOME:-$HOME/.cargo}"/config{,.toml}; do
+		[[ -e $f || -L $f ]] || continue
+		TRUSTED_HINT="set CARGO_HOME to a directory of your own" checked "$f" >/dev/null || return 1
+	done
 	meta=$(cd "$repo" && cargo metadata --no-deps --format-version 1 --locked 2>&1) || { log "error: cargo cannot read the workspace: ${meta%%$'\n'*}"; return 1; }
 	target=$(grep -o '"target_directory":"[^"]*"' <<<"$meta" | cut -d'"' -f4) || true
 	build=$(grep -o '"build_directory":"[^"]*"' <<<"$meta" | cut -d'"' -f4) || true
@@ -274,15 +290,27 @@ built() {
 	TRUSTED_UID=$(stat -c %u "$repo") TRUSTED_HINT=$target_hint checked "$1/$2"
 }
 
-# stop_logger: the demos' end. SIGTERM to the logger they started ($logger,
-# set by the caller, as is say), if it still runs, then a wait for its
-# drain: it logs what is queued and exits 0.
+# stop_logger: the demos' end, for the logger they started ($logger, set by
+# the caller, as are say and interrupted). Its first signal makes it drain
+# what is queued and exit; a second one makes it exit at once, the drain cut
+# short. So it gets one signal: after Ctrl-C (the caller's INT trap sets
+# interrupted) it has had it already, as the terminal sends SIGINT to the
+# whole foreground process group, and it is only waited for (SIGTERM only if
+# it still runs 10 s later: then the SIGINT was sent to the script alone).
+# Otherwise it gets SIGTERM, and is waited for.
 stop_logger() {
-	if [[ -n ${logger:-} ]] && kill -0 "$logger" 2>/dev/null; then
-		say "stopping demo-controller (SIGTERM: it drains its queue and exits 0)"
-		kill -TERM "$logger" 2>/dev/null || true
-		wait "$logger" 2>/dev/null || true
+	local deadline
+	[[ -n ${logger:-} ]] && alive "$logger" || return 0
+	if [[ -n ${interrupted:-} ]]; then
+		say "waiting for demo-controller (Ctrl-C reached it too: it drains its queue and exits)"
+		deadline=$((SECONDS + 10))
+		while alive "$logger" && ((SECONDS < deadline)); do sleep 0.1; done
 	fi
+	if alive "$logger"; then
+		((${interrupted:-0})) || say "stopping demo-controller (SIGTERM: it drains its queue and exits 0)"
+		kill -TERM "$logger" 2>/dev/null || true
+	fi
+	wait "$logger" 2>/dev/null || true
 }
 
 # --- Quiet steps -------------------------------------------------------------------

@@ -20,6 +20,13 @@ if ! command -v cargo >/dev/null 2>&1; then
 	exit 1
 fi
 
+# Where cargo builds, checked before cargo runs (it runs the build scripts and
+# test binaries it finds there, and this runs as root too): cargo_target in
+# cluster/proc.sh.
+log() { echo "test.sh: $*" >&2; }
+source cluster/proc.sh
+target=$(cargo_target) || exit 1
+
 case ${NODE:-} in
 '' | skip) ;;
 *)
@@ -66,8 +73,9 @@ all_tests=$(test_names)
 require_matches "given to make test" ${filters[@]+"${filters[@]}"} <<<"$all_tests"
 
 # The benchmark harness's own unit tests (it writes results.json, which the
-# book's figures come from); a workspace of its own, built into target/ too.
-CARGO_TARGET_DIR=$repo/target cargo test --locked --manifest-path bench/harness/Cargo.toml
+# book's figures come from); a workspace of its own, built into the same
+# target directory (bench/run.sh does too).
+CARGO_TARGET_DIR=$target cargo test --locked --manifest-path bench/harness/Cargo.toml
 
 # The control plane first (a cold build of it takes minutes), then the tests.
 # The node tests (node_*) run after them, against a real node of their own.

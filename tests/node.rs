@@ -1012,9 +1012,11 @@ async fn node_images_stand_ins_stay_in_the_projects_store_and_are_never_pushed()
         cmd.args(args).output().unwrap()
     };
     let image = "localhost/demo-controller-push-refused:test";
-    let scratch = std::env::temp_dir().join("demo-controller-empty.tar");
+    let scratch_dir = common::fresh_dir_in(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")), "node-empty-image");
+    let scratch = scratch_dir.join("empty.tar");
     host("tar", &["-cf", scratch.to_str().unwrap(), "-T", "/dev/null"]);
     let imported = own(&["import", "-q", scratch.to_str().unwrap(), image]);
+    let _ = std::fs::remove_dir_all(&scratch_dir);
     assert!(imported.status.success(), "{imported:?}");
     let push = Command::new("make").args(["--no-print-directory", "push", &format!("IMAGE={image}")]).output().unwrap();
     own(&["rmi", "-f", image]);

@@ -62,15 +62,17 @@ fn as_nobody(args: &[&str]) {
     assert!(out.status.success(), "as nobody: {args:?}: {}", stderr(&out));
 }
 
-/// A directory of nobody's in /tmp (anyone may make one there), removed again
-/// on drop with everything in it, whatever the test's outcome.
+/// A directory of nobody's in /tmp (anyone may make one there), made afresh
+/// by nobody (`mktemp -d`, so never a name prepared by someone else), removed
+/// again on drop with everything in it, whatever the test's outcome.
 struct Theirs(PathBuf);
 
 impl Theirs {
     fn new(tag: &str) -> Theirs {
-        let dir = PathBuf::from(format!("/tmp/dcn-theirs-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        as_nobody(&["mkdir", "-m", "755", dir.to_str().unwrap()]);
+        let out = nobody().args(["mktemp", "-d", &format!("/tmp/dcn-theirs-{tag}.XXXXXXXX")]).output().unwrap();
+        assert!(out.status.success(), "as nobody: mktemp -d: {}", stderr(&out));
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        as_nobody(&["chmod", "755", dir.to_str().unwrap()]);
         Theirs(dir)
     }
     fn path(&self, rel: &str) -> PathBuf {
@@ -326,8 +328,8 @@ async fn node_root_runs_the_resolved_binaries_it_checked() {
     let real_base = real.parent().unwrap().parent().unwrap().to_path_buf();
     // Root's own symlink on the cache path: fine to use, but what the
     // control plane's scripts run is the resolved path that was checked.
-    let link = PathBuf::from(format!("/tmp/dcn-root-cache-{}", std::process::id()));
-    let _ = std::fs::remove_file(&link);
+    let scratch = common::fresh_dir("dcn-root-cache");
+    let link = scratch.join("cache");
     std::os::unix::fs::symlink(&real_base, &link).unwrap();
     let plane = repo().join("target/test-resolved-plane");
     let up = script(
@@ -337,7 +339,7 @@ async fn node_root_runs_the_resolved_binaries_it_checked() {
     );
     let scripts = ["etcd.sh", "kube-apiserver.sh"].map(|s| std::fs::read_to_string(plane.join(s)).unwrap_or_default());
     let down = script("cluster/down.sh", &["--dir", plane.to_str().unwrap()], &[]);
-    std::fs::remove_file(&link).unwrap();
+    std::fs::remove_dir_all(&scratch).unwrap();
     assert!(up.status.success(), "{}", stderr(&up));
     assert!(down.status.success(), "{}", stderr(&down));
     for (text, bin) in scripts.iter().zip(["etcd", "kube-apiserver"]) {

@@ -10,6 +10,8 @@
 //! these after the shared node is stopped. They start nodes of their own, one
 //! at a time (the `TURN` lock): only one node can run on a machine.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -81,7 +83,8 @@ fn assert_same(what: &str, want: &str, got: &str, sections: &[&str]) {
     if differs.is_empty() {
         return;
     }
-    let (w, g) = (std::env::temp_dir().join("node-want.txt"), std::env::temp_dir().join("node-got.txt"));
+    let scratch = common::fresh_dir_in(Path::new(env!("CARGO_TARGET_TMPDIR")), "node-host-diff");
+    let (w, g) = (scratch.join("want.txt"), scratch.join("got.txt"));
     std::fs::write(&w, want).unwrap();
     std::fs::write(&g, got).unwrap();
     let diff = Command::new("diff").arg(&w).arg(&g).output().unwrap();

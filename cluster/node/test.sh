@@ -19,6 +19,9 @@ fi
 dir=$repo/target/test-node
 say() { echo "node/test.sh: $*" >&2; }
 log() { say "$@"; } # for proc.sh
+source cluster/proc.sh # step, cargo_target
+# Where cargo builds the tests, checked before cargo runs (cargo_target).
+cargo_target >/dev/null || exit 1
 # tests/node_teardown.rs changes the host as other software would (a network
 # namespace, a FORWARD rule, an nft table, ip_forward, a cgroup) and writes
 # the command that undoes each change here before making it. Run on every
@@ -34,7 +37,6 @@ undo() {
 trap 'bash cluster/node/down.sh --dir "$dir"; rm -f "$dir.host-before"; undo' EXIT INT TERM
 
 t=$SECONDS
-source cluster/proc.sh # step: each slow step one line, its output in a log
 step "the node's Debian packages (cluster/node/deps.sh)" node-deps bash cluster/node/deps.sh
 step "the container image (cluster/image.sh)" image bash cluster/image.sh
 say "image ready in $((SECONDS - t)) s"

@@ -454,19 +454,46 @@ pub fn b64(path: &std::path::Path) -> String {
     base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).expect("read pki file"))
 }
 
-/// A new, empty directory `name` (plus this process's id) that every user
-/// may write to, without the sticky bit that keeps their entries apart: a
-/// path the scripts must refuse to build in or run from. Removed on drop.
+/// A directory made afresh in `parent`, named `prefix` and a random suffix,
+/// mode 0700, as mkdtemp(3) makes one: the name is never one another user
+/// could have taken first (creating fails if anything is there, a symlink
+/// included, and another name is tried), so nothing is written through a
+/// path someone else prepared.
+pub fn fresh_dir_in(parent: &std::path::Path, prefix: &str) -> PathBuf {
+    use std::hash::{BuildHasher, Hasher};
+    use std::os::unix::fs::DirBuilderExt;
+    for attempt in 0u32..100 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.write_u32(attempt);
+        let path = parent.join(format!("{prefix}.{:016x}", h.finish()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+            Ok(()) => return path,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => panic!("creating {}: {e}", path.display()),
+        }
+    }
+    panic!("no fresh name for {prefix} in {}", parent.display())
+}
+
+/// A fresh directory (see [`fresh_dir_in`]) in the system's temporary
+/// directory.
+pub fn fresh_dir(prefix: &str) -> PathBuf {
+    fresh_dir_in(&std::env::temp_dir(), prefix)
+}
+
+/// A new, empty directory that every user may write to, without the sticky
+/// bit that keeps their entries apart: a path the scripts must refuse to
+/// build in or run from. Made afresh (see [`fresh_dir`]) and opened only
+/// then; removed on drop.
 pub struct OpenDir(pub PathBuf);
 
 impl OpenDir {
     pub fn new(name: &str) -> Self {
         use std::os::unix::fs::PermissionsExt;
         // In the system's temporary directory (root's, sticky): a directory
-        // above it that the checks refuse first would hide the one named here.
-        let path = std::env::temp_dir().join(format!("demo-controller-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
+        // above it that the checks refuse first would hide the one made here.
+        let path = fresh_dir(&format!("demo-controller-{name}"));
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).unwrap();
         OpenDir(path)
     }

@@ -195,10 +195,22 @@ mod tests {
         let base_mib: BTreeMap<Peer, f64> = LOGGERS.iter().map(|&p| (p, 10.0)).collect();
         let pod = PodSize { json: 5514, json_without_managed_fields: 3324, kept: 193 };
         let results = Results { rows, base_mib, pod, demo_streams: true, available: peers.clone(), burst: 100 };
-        let path = std::env::temp_dir().join(format!("bench-plot-test-{}.svg", std::process::id()));
+        // A directory made afresh (create_dir fails on a name someone else
+        // took first), so the SVG is never written through a path prepared
+        // by another user.
+        let dir = (0u32..100)
+            .map(|i| {
+                use std::hash::{BuildHasher, Hasher};
+                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                h.write_u32(std::process::id() ^ i);
+                std::env::temp_dir().join(format!("bench-plot-test.{:016x}", h.finish()))
+            })
+            .find(|d| std::fs::create_dir(d).is_ok())
+            .expect("a fresh directory");
+        let path = dir.join("plot.svg");
         draw(&results, &path).expect("draw");
         let svg = std::fs::read_to_string(&path).expect("read the SVG");
-        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_dir_all(&dir);
         for text in [
             "RSS per pod (bytes) against N",
             "Time to cache synced (ms) against N",
