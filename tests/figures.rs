@@ -780,6 +780,8 @@ const READING_RECORD: &str = "book/src/appendix/reading.json";
 /// A timed reading, when one is recorded.
 struct Measured {
     reader: String,
+    /// What the reader's minutes say of a person's, when the reader is not one.
+    pace: Option<String>,
     date: String,
     commit: String,
     /// Chapter, minutes, notes.
@@ -820,6 +822,7 @@ fn parse_reading(r: &Value) -> Option<Measured> {
     );
     Some(Measured {
         reader: text(&r["reader"], "a reader"),
+        pace: r["pace"].as_str().map(str::to_owned),
         date: r["date"]
             .as_str()
             .map(str::to_owned)
@@ -847,11 +850,14 @@ fn render_measured(measured: Option<Measured>) -> String {
     };
     let cell = |s: &str| s.replace('|', "\\|");
     let mut out = format!(
-        "Measured: a fresh reader ({}), with only the checkout and setting out to learn, read chapters 1 to 4 on\n\
-         {} at commit {}, every trip the pages ask for included, in **{} min** (the target: {FIRST_READ_MINUTES} min;\n\
-         the record: `{READING_RECORD}`).\n",
+        "Measured: {}, with only the checkout and setting out to learn, read chapters 1 to 4 on {} at commit {},\n\
+         every trip the pages ask for included, in **{} min** (the target: {FIRST_READ_MINUTES} min; the record:\n\
+         `{READING_RECORD}`).\n",
         m.reader, m.date, m.commit, m.total
     );
+    if let Some(pace) = &m.pace {
+        out += &format!("{pace}\n");
+    }
     if !m.chapters.is_empty() {
         out += "\n| Chapter | Minutes | Notes |\n|---|---:|---|\n";
         for (n, minutes, notes) in &m.chapters {
@@ -875,16 +881,18 @@ fn readme_reading() -> String {
     let second: usize = minutes.iter().map(|(_, _, program)| program).sum();
     let measured = match measured_reading() {
         Some(m) => format!(
-            "Timed, a fresh reader took **{} min**, every trip included ({}, `{READING_RECORD}`).\n",
-            m.total, m.date
+            "Timed: {} took **{} min**, runs and exercises included ({}, `{READING_RECORD}`){}.\n",
+            m.reader,
+            m.total,
+            m.date,
+            if m.pace.is_some() { "; a person reads slower" } else { "" }
         ),
         None => format!("Timed with a fresh reader: not yet measured (`{READING_RECORD}`).\n"),
     };
     format!(
-        "Chapters 1 to 4 take **{first} min** on a first read: each page shows the parts of its program the lesson is\n\
-         about, with the output its test saw; the four whole programs, top to bottom, are a second read of {second} min in\n\
-         the book's appendix (counted from their words by `tests/figures.rs`, at the rates [the\n\
-         introduction](book/src/introduction.md) states).\n{measured}"
+        "Chapters 1 to 4 take **{first} min** on a first read, and their whole programs {second} min more, counted\n\
+         from their words by `tests/figures.rs` at the rates [the introduction](book/src/introduction.md) states.\n\
+         {measured}"
     )
 }
 
@@ -898,7 +906,7 @@ fn a_timed_reading_renders_its_record_or_says_there_is_none() {
         "confusions": ["the mark"]
     });
     let text = render_measured(parse_reading(&record));
-    assert!(text.contains("read chapters 1 to 4 on\n2026-01-02 at commit abc1234"), "{text}");
+    assert!(text.contains("read chapters 1 to 4 on 2026-01-02 at commit abc1234,\n"), "{text}");
     assert!(text.contains("in **50 min**"), "{text}");
     assert!(text.contains("| 1 | 20 | a \\| b |\n| 2 | 30 |  |\n| 1 to 4 | 50 | |\n"), "{text}");
     assert!(text.ends_with("What confused the reader:\n\n- the mark\n"), "{text}");
