@@ -240,6 +240,56 @@ fn bench_targets() -> String {
     out
 }
 
+/// The git tree of DIR at REV (a commit, or HEAD), from the checkout.
+fn git_tree(rev: &str, dir: &str) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--verify", "--quiet", &format!("{rev}:{dir}")])
+        .current_dir(repo())
+        .output()
+        .ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// The trees of src/ and crates/ a run measured: recorded as `code measured`
+/// since the harness writes it, else those of the commit it names.
+fn measured_trees(facts: &Value) -> Option<(String, String)> {
+    if let Some(code) = facts["code measured"].as_str() {
+        let (src, crates) = code.strip_prefix("src/ ")?.split_once(", crates/ ")?;
+        return Some((src.to_string(), crates.to_string()));
+    }
+    let commit = facts["commit"].as_str()?;
+    if commit.contains(' ') {
+        return None; // measured with uncommitted changes: no tree to compare
+    }
+    // A directory the commit did not have yet is a tree of its own: none.
+    let tree = |dir| git_tree(commit, dir).unwrap_or_else(|| "none".into());
+    git_tree(commit, "").map(|_| (tree("src"), tree("crates")))
+}
+
+/// benchmarks.md: whether the results are of the code as it is now.
+fn bench_age() -> String {
+    let b = Bench::load();
+    let facts = &b.0["facts"];
+    let commit = facts["commit"].as_str().unwrap_or("unknown");
+    let now = git_tree("HEAD", "src")
+        .zip(git_tree("HEAD", "crates"))
+        .expect("the benchmark's age needs the git checkout (git rev-parse HEAD:src)");
+    match measured_trees(facts) {
+        Some(measured) if measured == now => {
+            format!("These results measured `src/` and `crates/` as they are now (commit {commit}).\n")
+        }
+        Some(_) => format!(
+            "**These results are older than the code.** They measured `src/` and `crates/` as they were at commit\n\
+             {commit}, and both have changed since, so every figure below is of older code until `make bench` runs\n\
+             again.\n"
+        ),
+        None => format!(
+            "These results cannot be tied to a tree of `src/` and `crates/` (commit {commit}): treat them as figures of\n\
+             older code until `make bench` runs again.\n"
+        ),
+    }
+}
+
 /// benchmarks.md: the summary's figures.
 fn bench_summary() -> String {
     let b = Bench::load();
@@ -1268,6 +1318,7 @@ const BLOCKS: &[Block] = &[
     ("manifest-memory", "demo-controller.yaml", manifest_memory),
     ("bench-targets", "book/src/appendix/benchmarks.md", bench_targets),
     ("bench-summary", "book/src/appendix/benchmarks.md", bench_summary),
+    ("bench-age", "book/src/appendix/benchmarks.md", bench_age),
     ("tour-count", "book/src/tour.md", tour_count),
     ("help-flags", "book/src/appendix/operations.md", help_flags),
     ("setup-times", "book/src/appendix/setup.md", setup_times),
@@ -1412,4 +1463,14 @@ mod common;
 
 fn common_manifest() -> Vec<Value> {
     common::manifest()
+}
+
+#[test]
+fn a_benchmark_names_the_trees_it_measured_or_its_commit_gives_them() {
+    let recorded = serde_json::json!({"commit": "abc1234", "code measured": "src/ 1111, crates/ 2222"});
+    assert_eq!(measured_trees(&recorded), Some(("1111".into(), "2222".into())));
+    let dirty = serde_json::json!({"commit": "abc1234 (with uncommitted changes)"});
+    assert_eq!(measured_trees(&dirty), None);
+    let unknown = serde_json::json!({"commit": "0000000000000000000000000000000000000000"});
+    assert_eq!(measured_trees(&unknown), None);
 }

@@ -366,6 +366,9 @@ fn facts(server: String, opts: &Opts) -> Facts {
     if !run("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty() {
         commit.push_str(" (with uncommitted changes)");
     }
+    // The trees of what ships, so the book can tell results of older code.
+    let tree = |dir: &str| run("git", &["rev-parse", &format!("HEAD:{dir}")]);
+    let code = format!("src/ {}, crates/ {}", tree("src"), tree("crates"));
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
     let model = read("/proc/cpuinfo")
@@ -385,6 +388,7 @@ fn facts(server: String, opts: &Opts) -> Facts {
     Facts {
         date: run("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         commit,
+        code,
         machine: format!(
             "{cpus} CPUs ({model}), {mem_gib} GiB RAM, Linux {}",
             read("/proc/sys/kernel/osrelease").trim()

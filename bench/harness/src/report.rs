@@ -361,6 +361,8 @@ pub fn targets(r: &Results) -> String {
 pub struct Facts {
     pub date: String,
     pub commit: String,
+    /// The git trees of src/ and crates/ measured (`src/ TREE, crates/ TREE`).
+    pub code: String,
     pub machine: String,
     pub load: String,
     pub server: String,
@@ -379,7 +381,7 @@ pub fn markdown(r: &Results, f: &Facts) -> String {
     format!(
         "# Benchmark: demo-controller against client-go, kube-rs and the floors\n\n\
          Written by bench/harness (`make bench`); do not edit by hand, run `{command}` again.\n\n\
-         - started: {date}\n- commit: {commit}\n- machine: {machine}\n- load when it started: {load}\n\
+         - started: {date}\n- commit: {commit}\n- code measured: {code}\n- machine: {machine}\n- load when it started: {load}\n\
          - conditions: {conditions}\n\
          - control plane: kube-apiserver {server} on 127.0.0.1 + etcd on a unix socket, no kubelet (statuses written through pods/status)\n\
          - parameters: {parameters}\n\
@@ -434,6 +436,7 @@ pub fn markdown(r: &Results, f: &Facts) -> String {
         command = f.command,
         date = f.date,
         commit = f.commit,
+        code = f.code,
         machine = f.machine,
         load = f.load,
         conditions = f.conditions,
