@@ -196,9 +196,11 @@ impl Controller {
             // line), and it means no line follows this last one.
             workers.shutdown().await;
             let left = self.queue.len() + self.queue.in_flight().len() + failed;
+            self.worker.gate.left_unsynced(); // its mark is not exact: no release
             warn!(left, "shutdown complete: drain timed out, the rest is dropped");
             Stopped::Unsynced { left }
         } else if failed > 0 {
+            self.worker.gate.left_unsynced();
             warn!(left = failed, "shutdown complete: {failed} key(s) failed their last sync and were not retried");
             Stopped::Unsynced { left: failed }
         } else {
