@@ -13,9 +13,12 @@
 //! What client-go has no word for is where the new leader starts. Here the
 //! leader writes, with every renew, how far it has logged ([`MARK`]): the
 //! resourceVersion up to which its informer's watch stream was delivered
-//! (the last event's, a bookmark's, a list's), taken only while every key
+//! (the last event's, a bookmark's, a list's), taken while every key
 //! added was synced (none queued, held by a worker, or waiting out a
-//! retry), so every change at or below it was synced ([`next_mark`]). A standby's worker takes every change in, as the
+//! retry), so every change at or below it was synced ([`next_mark`]); under
+//! steady churn, when the queue is never idle, a position read earlier
+//! once every key that was busy then has been synced since (the low
+//! watermark, [`Gate::watermark`]). A standby's worker takes every change in, as the
 //! leader's does, and hands its line to the [`Gate`], which keeps it until
 //! the mark covers it. Once the standby leads, it logs the lines it kept
 //! past the mark. After a graceful handoff the mark is exact: nothing
@@ -56,7 +59,7 @@
 //! them then, with `replayed=true` where the mark passed the lower end
 //! (short of it, the delete came after the mark for certain).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -433,6 +436,23 @@ struct GateState {
     taken: Option<u64>,
     /// The drain left keys unsynced (see [`Gate::left_unsynced`]).
     unsynced: bool,
+    /// Syncs started so far (see [`Gate::sync_started`]).
+    syncs: u64,
+    /// The low watermark's candidate (see [`Gate::watermark`]).
+    candidate: Option<Candidate>,
+}
+
+/// A mark the low watermark may write once every key that was not synced
+/// when it was taken has been synced since (or has left the queue).
+#[derive(Debug)]
+struct Candidate {
+    /// The stream's position, read before `keys`.
+    position: Option<u64>,
+    /// Syncs started before it was taken: a sync numbered above started
+    /// after, and took in every change at or below `position`.
+    after: u64,
+    /// The keys not synced when it was taken, less those synced since.
+    keys: HashSet<Key>,
 }
 
 /// A kept line a new leader logs (see [`Gate::lead`]).
@@ -512,7 +532,14 @@ impl Gate {
 
     fn new(role: Role) -> Arc<Gate> {
         let decided = matches!(role, Role::Leading { .. });
-        let state = Mutex::new(GateState { role, kept: Kept::default(), taken: None, unsynced: false });
+        let state = Mutex::new(GateState {
+            role,
+            kept: Kept::default(),
+            taken: None,
+            unsynced: false,
+            syncs: 0,
+            candidate: None,
+        });
         Arc::new(Gate { state, decided: tokio::sync::watch::Sender::new(decided) })
     }
 
@@ -654,6 +681,45 @@ impl Gate {
             Role::Leading { until, .. } => until.is_none_or(|until| Instant::now() < until),
             Role::Standby { .. } => false,
         }
+    }
+
+    /// A worker starts a sync: its number, for [`Gate::synced`].
+    pub fn sync_started(&self) -> u64 {
+        let mut state = self.lock();
+        state.syncs += 1;
+        state.syncs
+    }
+
+    /// The sync numbered `started` of `key` succeeded: it took in every
+    /// change of the key up to where the stream was when it started.
+    pub fn synced(&self, key: &Key, started: u64) {
+        if let Some(candidate) = &mut self.lock().candidate
+            && started > candidate.after
+        {
+            candidate.keys.remove(key);
+        }
+    }
+
+    /// The low watermark, for a queue that is never idle under steady
+    /// churn: returns a mark every change at or below which was synced, if
+    /// one is known now. It takes a candidate: the stream's `position`
+    /// (read first) and the keys not synced then (`pending`, read after).
+    /// A change at or below the position was queued before the position
+    /// could be read (see [`next_mark`]): its key was synced already, or
+    /// is among them. Once each of them was synced by a sync that started
+    /// after (or left the queue: dropped after its last attempt), the
+    /// candidate's position is the mark, and a new candidate is taken.
+    fn watermark(&self, position: Option<u64>, pending: HashSet<Key>) -> Option<u64> {
+        let mut state = self.lock();
+        let after = state.syncs;
+        if let Some(candidate) = &mut state.candidate {
+            candidate.keys.retain(|key| pending.contains(key));
+            if !candidate.keys.is_empty() {
+                return None;
+            }
+        }
+        let new = Candidate { position, after, keys: pending };
+        state.candidate.replace(new).and_then(|done| done.position)
     }
 
     /// The drain left keys unsynced (it timed out, or a last try failed):
@@ -858,7 +924,14 @@ impl Elector {
     fn progress(&mut self) -> Option<u64> {
         let (position, gate, queue) = (&self.position, &self.gate, &self.queue);
         let stream = || position.handled().and_then(|rv| rv.parse::<u64>().ok()).max(gate.taken());
-        self.mark = next_mark(self.mark, stream, || queue.is_idle() && !gate.holds());
+        let mut busy = None;
+        self.mark = next_mark(self.mark, || *busy.insert(stream()), || queue.is_idle() && !gate.holds());
+        // Not idle (under steady churn, rarely is it): the low watermark,
+        // which moves once the keys that were busy have been synced.
+        if !queue.is_idle() && !gate.holds() {
+            let position = busy.flatten();
+            self.mark = self.mark.max(gate.watermark(position, queue.pending()));
+        }
         self.mark
     }
 
@@ -1645,6 +1718,26 @@ mod tests {
         gate.admit(&key("a"), &add("1"), Seen::AsItHappened, false, None);
         gate.admit(&key("a"), &add("2"), Seen::AsItHappened, false, None);
         assert_eq!(kept(gate.lead(None, Instant::now() + Duration::from_secs(60))), vec![Some(2)]);
+    }
+
+    #[test]
+    fn the_low_watermark_moves_once_the_busy_keys_were_synced_since() {
+        let gate = Gate::leading();
+        let early = gate.sync_started(); // a sync of a, started before
+        assert_eq!(gate.watermark(Some(10), [key("a"), key("b")].into()), None, "a candidate at 10");
+        gate.synced(&key("a"), early);
+        assert_eq!(gate.watermark(Some(15), [key("a"), key("b")].into()), None, "a's sync began too early");
+        let later = gate.sync_started();
+        gate.synced(&key("a"), later);
+        // b still waits; c came later, and does not hold the candidate.
+        assert_eq!(gate.watermark(Some(20), [key("b"), key("c")].into()), None);
+        // b left the queue (dropped after its last attempt): 10 is the
+        // mark, and 20 the next candidate, which c holds.
+        assert_eq!(gate.watermark(Some(20), [key("c")].into()), Some(10));
+        assert_eq!(gate.watermark(Some(25), [key("c")].into()), None);
+        let c = gate.sync_started();
+        gate.synced(&key("c"), c);
+        assert_eq!(gate.watermark(Some(30), [key("c")].into()), Some(20), "c is busy again, synced since all the same");
     }
 
     #[test]

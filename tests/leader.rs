@@ -834,3 +834,29 @@ async fn a_kept_line_dropped_at_the_bound_is_said_and_counted() {
     // stopped first): the line it may have logged says so.
     assert_eq!(a.event_lines(&ns)[0]["replayed"], true, "{}", a.dump());
 }
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn under_steady_churn_the_mark_moves_though_the_queue_is_never_idle() {
+    // One worker and a slow sync (100 ms): the churn's changes come faster
+    // than they are logged, so the queue is not idle again while it runs.
+    // A mark that moved only with an idle queue would stay where it was,
+    // and a crash would replay everything since.
+    let c = cluster().await;
+    let ns = namespace(&c.client, "watermark").await;
+    let slow = [("DEMO_CONTROLLER_FAULTS", "slow=100ms")];
+    let a = candidate_env(&c.kubeconfig, &ns, TIMINGS, &["--workers", "1"], &slow);
+    leads(&a).await;
+    a.wait_message("workers started", T).await;
+    let churn = Churn::start(&c.client, &ns);
+    churn.until_made(20).await;
+    let first = mark_reaches(&c.client, &ns, 0).await;
+    let moved = mark_reaches(&c.client, &ns, first + 1).await;
+    let again = mark_reaches(&c.client, &ns, moved + 1).await;
+    let made = churn.made();
+    let logged = a.events(&ns).len();
+    println!("figures: watermark marks={first},{moved},{again} pods_made={made} lines_logged={logged}");
+    assert!(logged < 2 * made, "the queue caught up: the test shows nothing\n{}", a.dump());
+    churn.stop.store(true, Ordering::SeqCst);
+    churn.task.await.expect("churn task");
+}
