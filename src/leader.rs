@@ -971,7 +971,12 @@ impl Elector {
                 // Reached, and another leads (or the lease is not ours to
                 // take yet): the next failure is a new outage.
                 Ok(Ok(Tried::NotHolding)) => self.reached(),
-                Ok(Ok(Tried::Lost(why))) => return self.lost(&why),
+                Ok(Ok(Tried::Lost(why))) => {
+                    // Past the deadline (a paused process that resumed in
+                    // the middle of a try), that is the first reason.
+                    let late = last_renew.elapsed() >= self.timings.renew_deadline;
+                    return self.lost(if late { "no renew within the renew deadline" } else { &why });
+                }
                 Ok(Err((verb, err))) => self.failed(verb, &err),
                 Err(_) if !self.failing => {
                     self.failing = true;
