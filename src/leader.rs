@@ -240,8 +240,12 @@ pub enum Verdict {
 #[derive(Debug)]
 enum Role {
     /// Lines are written, but none up to `mark` (the previous leader's), and
-    /// none after `until`: the renew deadline after the last renew.
-    Leading { mark: Option<u64>, until: Option<Instant> },
+    /// none after `until`: the renew deadline after the last renew. After a
+    /// take without a release, a change below `doubt` (the take's own
+    /// resourceVersion) may have been logged by the previous leader before
+    /// it stopped, past its mark: its line says `replayed=true`, also when
+    /// our stream lagged and it reaches us after the take.
+    Leading { mark: Option<u64>, until: Option<Instant>, doubt: Option<u64> },
     /// No line. Those past `mark` wait in `kept`.
     Standby { mark: Option<u64> },
 }
@@ -304,6 +308,17 @@ impl Version {
         match self {
             Version::At(v) => covers(mark, v),
             Version::Between { by, .. } => covers(mark, by),
+        }
+    }
+
+    /// Whether it may lie below `doubt` (see [`Role::Leading`]): a version
+    /// below it, or a delete whose lower end is (a version that is not a
+    /// number cannot be placed: it is not said to be replayed).
+    fn before(self, doubt: Option<u64>) -> bool {
+        let Some(doubt) = doubt else { return false };
+        match self {
+            Version::At(v) => v.is_some_and(|v| v < doubt),
+            Version::Between { after, .. } => after.is_none_or(|after| after < doubt),
         }
     }
 
@@ -522,7 +537,7 @@ pub struct Gate {
 impl Gate {
     /// A logger without `--leader-elect`: it always leads, from nothing.
     pub fn leading() -> Arc<Gate> {
-        Gate::new(Role::Leading { mark: None, until: None })
+        Gate::new(Role::Leading { mark: None, until: None, doubt: None })
     }
 
     /// A candidate starts as a standby that has heard of no mark yet.
@@ -599,6 +614,7 @@ impl Gate {
             }
             // The previous leader's mark neither covers it nor rules it out.
             Role::Leading { mark, .. } if version.straddled_by(mark) => Verdict::Replayed,
+            Role::Leading { doubt, .. } if version.before(doubt) => Verdict::Replayed,
             Role::Leading { .. } => Verdict::Log,
             Role::Standby { mark } => {
                 if !version.covered_by(mark) {
@@ -658,7 +674,7 @@ impl Gate {
     /// deadline are returned, to log now (nobody else led meanwhile).
     fn renewed(&self, until: Instant) -> Vec<Resumed> {
         let mut state = self.lock();
-        let Role::Leading { mark, until: old } = &mut state.role else { return Vec::new() };
+        let Role::Leading { mark, until: old, .. } = &mut state.role else { return Vec::new() };
         *old = Some(until);
         let mark = *mark;
         if Instant::now() >= until {
@@ -738,9 +754,17 @@ impl Gate {
     /// other.
     fn lead(&self, mark: Option<u64>, until: Instant) -> Vec<Resumed> {
         let mut state = self.lock();
-        state.role = Role::Leading { mark, until: Some(until) };
+        state.role = Role::Leading { mark, until: Some(until), doubt: None };
         let kept = state.kept.drain(mark).into_iter();
         kept.map(|line| Resumed { open: line.version.straddled_by(mark), line }).collect()
+    }
+
+    /// We took the lease without a release, with a write at `version`:
+    /// lines of changes below it say `replayed=true` (see [`Role`]).
+    fn doubt_below(&self, version: Option<u64>) {
+        if let Role::Leading { doubt, .. } = &mut self.lock().role {
+            *doubt = version;
+        }
     }
 
     /// No more lines, from now on.
@@ -1079,9 +1103,9 @@ impl Elector {
             self.took = Some(released);
             let lease = self.lease(Lease::default(), 0, None);
             return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(_) => {
+                Ok(created) => {
                     self.lose_take_answer().await;
-                    Ok(self.became_leader(None, released))
+                    Ok(self.became_leader(None, released, &created))
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 => Ok(Tried::NotHolding), // another candidate was faster
                 Err(e) => Err(("create", e)),
@@ -1120,9 +1144,9 @@ impl Elector {
                 // finds us the holder, and still the mark to resume from.
                 let lease = self.lease(lease, transitions, record.mark);
                 match self.api.replace(&self.name, &PostParams::default(), &lease).await {
-                    Ok(_) => {
+                    Ok(taken) => {
                         self.lose_take_answer().await;
-                        Ok(self.became_leader(record.mark, released))
+                        Ok(self.became_leader(record.mark, released, &taken))
                     }
                     // The resourceVersion moved: someone wrote first.
                     Err(kube::Error::Api(e)) if e.code == 409 => Ok(Tried::NotHolding),
@@ -1136,9 +1160,10 @@ impl Elector {
                 let mark = if leading { self.progress() } else { record.mark };
                 let lease = self.lease(lease, transitions, mark);
                 match self.api.replace(&self.name, &PostParams::default(), &lease).await {
-                    Ok(_) if !leading => {
+                    // The renew's version is past the take's: a looser bound.
+                    Ok(renewed) if !leading => {
                         let released = self.took.take().unwrap_or(false);
-                        Ok(self.became_leader(record.mark, released))
+                        Ok(self.became_leader(record.mark, released, &renewed))
                     }
                     Ok(_) => Ok(Tried::Holding),
                     Err(kube::Error::Api(e)) if e.code == 409 && leading => self.after_conflict().await,
@@ -1211,10 +1236,17 @@ impl Elector {
         since.elapsed() < 2 * self.timings.retry_period
     }
 
-    fn became_leader(&mut self, mark: Option<u64>, released: bool) -> Tried {
+    /// We lead from `mark`, after a take or create that wrote `written`.
+    fn became_leader(&mut self, mark: Option<u64>, released: bool, written: &Lease) -> Tried {
         self.mark = mark;
         self.took = None;
         let kept = self.gate.lead(mark, self.attempt + self.timings.renew_deadline);
+        if !released {
+            // The previous leader stopped before its lease expired for us,
+            // so before this write: it logged no change at or above it.
+            let version = written.metadata.resource_version.as_deref().and_then(|v| v.parse().ok());
+            self.gate.doubt_below(version.or(Some(u64::MAX)));
+        }
         crate::metrics::leader(&self.name, true);
         info!(identity = self.me, resumes_after = mark, released, kept = kept.len(), "became leader");
         // What we took in past the mark: after a release the leader had
@@ -1743,6 +1775,18 @@ mod tests {
         let c = gate.sync_started();
         gate.synced(&key("c"), c);
         assert_eq!(gate.watermark(Some(30), [key("c")].into()), Some(20), "c is busy again, synced since all the same");
+    }
+
+    #[test]
+    fn after_a_crash_a_change_from_before_the_take_says_it_may_be_a_replay() {
+        let gate = Gate::standby();
+        gate.lead(Some(10), Instant::now() + Duration::from_secs(60));
+        gate.doubt_below(Some(50));
+        assert_eq!(gate.admit(&key("a"), &add("10"), Seen::AsItHappened, false, None), Verdict::Silent);
+        assert_eq!(gate.admit(&key("a"), &add("49"), Seen::AsItHappened, false, None), Verdict::Replayed);
+        assert_eq!(gate.admit(&key("a"), &add("50"), Seen::AsItHappened, false, None), Verdict::Log);
+        assert_eq!(gate.admit(&key("b"), &delete("20"), inferred(Some(60)), false, None), Verdict::Replayed);
+        assert_eq!(gate.admit(&key("c"), &add("x"), Seen::AsItHappened, false, None), Verdict::Log);
     }
 
     #[test]

@@ -860,3 +860,42 @@ async fn under_steady_churn_the_mark_moves_though_the_queue_is_never_idle() {
     churn.stop.store(true, Ordering::SeqCst);
     churn.task.await.expect("churn task");
 }
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lagging_standby_marks_what_it_logs_after_a_crash_that_the_dead_leader_may_have_logged() {
+    // The leader's mark cannot pass a key its worker is stuck on, so it
+    // stays below the pods created next, which it logs all the same. The
+    // standby syncs slowly (one worker, 50 ms a sync): when the leader is
+    // killed, many of those pods are still in its queue, and reach its
+    // worker only after it took the lease over. Each of those lines repeats
+    // one the dead leader wrote, and must say so.
+    let c = cluster().await;
+    let ns = namespace(&c.client, "lagging").await;
+    let stuck = format!("stall={ns}/pin@1h");
+    let mut a = candidate_env(&c.kubeconfig, &ns, TIMINGS, &["--workers", "2"], &[("DEMO_CONTROLLER_FAULTS", &stuck)]);
+    let a_id = leads(&a).await;
+    a.wait_message("workers started", T).await;
+    let slow = [("DEMO_CONTROLLER_FAULTS", "slow=50ms")];
+    let b = candidate_env(&c.kubeconfig, &ns, TIMINGS, &["--workers", "1"], &slow);
+    b.wait_message(&format!("standing by: {a_id} leads"), T).await;
+    b.wait_message("workers started", T).await;
+    create(&c.client, &ns, "pin", &[]).await;
+    create_many(&c.client, &ns, "p", 200, &[], 0).await;
+    a.wait_count(&ns, 200).await;
+    a.signal("KILL");
+    a.wait_exit(T).await;
+    let took_over = b.wait_message("became leader", T).await;
+    assert_eq!(took_over["released"], false, "{took_over}");
+    b.wait_events(&ns, 201).await;
+    let by_a: std::collections::BTreeSet<String> = a.events(&ns).into_iter().collect();
+    let after_the_take = b.event_lines(&ns).len() - took_over["kept"].as_u64().expect("kept") as usize;
+    let unmarked: Vec<Value> = b
+        .event_lines(&ns)
+        .into_iter()
+        .filter(|v| by_a.contains(v["message"].as_str().unwrap_or_default()) && v["replayed"] != true)
+        .collect();
+    println!("figures: lagging logged_by_a={} logged_by_b_after_the_take={after_the_take}", by_a.len());
+    assert!(after_the_take > 1, "the standby did not lag: the test shows nothing\n{}", b.dump());
+    assert_eq!(unmarked, Vec::<Value>::new(), "repeated without replayed=true");
+}
