@@ -196,9 +196,11 @@ impl Controller {
             // line), and it means no line follows this last one.
             workers.shutdown().await;
             let left = self.queue.len() + self.queue.in_flight().len() + failed;
+            self.worker.gate.left_unsynced(); // its mark is not exact: no release
             warn!(left, "shutdown complete: drain timed out, the rest is dropped");
             Stopped::Unsynced { left }
         } else if failed > 0 {
+            self.worker.gate.left_unsynced();
             warn!(left = failed, "shutdown complete: {failed} key(s) failed their last sync and were not retried");
             Stopped::Unsynced { left: failed }
         } else {
@@ -297,14 +299,21 @@ impl Controller {
     /// syncHandler: the worker's sync of one key (worker.rs). When the test
     /// seam is on, its layer wraps the call from outside (faults.rs).
     async fn sync_handler(&self, key: &Key) -> Result<(), SyncError> {
+        // With --leader-elect, the mark follows the syncs that succeed (the
+        // low watermark: see leader.rs, `Gate::synced`).
+        let started = self.worker.gate.sync_started();
         let sync = async {
             self.worker.sync(key).await;
             Ok(())
         };
-        match &self.faults {
+        let synced = match &self.faults {
             Some(faults) => faults.around(key, sync).await,
             None => sync.await,
+        };
+        if synced.is_ok() {
+            self.worker.gate.synced(key, started);
         }
+        synced
     }
 }
 

@@ -20,7 +20,16 @@
 //!   list outlast it without minutes of waiting;
 //! - `protobuf-accept=MEDIA_TYPE`: ask for protobuf under this media type
 //!   instead of `application/vnd.kubernetes.protobuf`, so a test sees what
-//!   the logger does when a server refuses protobuf (406 Not Acceptable).
+//!   the logger does when a server refuses protobuf (406 Not Acceptable);
+//! - `lose-take-answer`: with `--leader-elect`, the answer to this replica's
+//!   first take of the lease is lost after the server committed the take,
+//!   as a timeout would lose it: the elector hears nothing in time;
+//! - `kept-bytes=N`: with `--leader-elect`, the lines a standby keeps may
+//!   weigh N bytes instead of leader::KEPT_BYTES (32 MiB), so a test sees
+//!   a line dropped at the bound without filling memory;
+//! - `renew-late=DURATION@N`: with `--leader-elect`, the N-th renew (counted
+//!   from 1) succeeds, and the elector takes its answer in DURATION later, as
+//!   a busy runtime or a paused process would (no timeout cuts it short).
 //!
 //! It is a runtime switch rather than a cargo feature so the tests exercise
 //! the very binary that ships.
@@ -50,6 +59,20 @@ pub struct Faults {
     pub watch_timeout: Option<u32>,
     /// The media type to ask protobuf under (see wire.rs).
     pub protobuf_accept: Option<String>,
+    /// Faults of the leader election, for the elector (leader.rs).
+    pub election: ElectionFaults,
+}
+
+/// The seam's faults of the leader election (`lose-take-answer`,
+/// `renew-late`); none in normal runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ElectionFaults {
+    /// The answer to the first take of the lease is lost.
+    pub lose_take_answer: bool,
+    /// The answer to the N-th renew is taken in this much later.
+    pub renew_late: Option<(Duration, u32)>,
+    /// The bound of the kept lines, in bytes, instead of KEPT_BYTES.
+    pub kept_bytes: Option<usize>,
 }
 
 impl Faults {
@@ -77,13 +100,25 @@ impl Faults {
                 }
                 Some(("slow", time)) => faults.slow = Some(duration(item, time)?),
                 Some(("protobuf-accept", media_type)) => faults.protobuf_accept = Some(media_type.to_string()),
+                Some(("renew-late", spec)) => {
+                    let nth = spec.split_once('@').and_then(|(time, n)| Some((time, n.parse::<u32>().ok()?)));
+                    let Some((time, n)) = nth.filter(|(_, n)| *n > 0) else {
+                        return Err(format!("{ENV}: cannot parse '{item}': expected renew-late=DURATION@N, N from 1"));
+                    };
+                    faults.election.renew_late = Some((duration(item, time)?, n));
+                }
+                Some(("kept-bytes", n)) => {
+                    let n = n.parse().map_err(|e| format!("{ENV}: cannot parse '{item}': {e}"))?;
+                    faults.election.kept_bytes = Some(n);
+                }
+                None if item == "lose-take-answer" => faults.election.lose_take_answer = true,
                 Some(("watch-timeout", time)) => {
                     let secs = duration(item, time)?.as_secs().clamp(1, u64::from(u32::MAX));
                     faults.watch_timeout = u32::try_from(secs).ok();
                 }
                 _ => {
                     return Err(format!(
-                        "{ENV}: cannot parse '{item}': expected fail=NS/NAME, stall=NS/NAME[@DURATION], slow=DURATION, watch-timeout=DURATION or protobuf-accept=MEDIA_TYPE"
+                        "{ENV}: cannot parse '{item}': expected fail=NS/NAME, stall=NS/NAME[@DURATION], slow=DURATION, watch-timeout=DURATION, protobuf-accept=MEDIA_TYPE, lose-take-answer, renew-late=DURATION@N or kept-bytes=N"
                     ));
                 }
             }
@@ -179,7 +214,7 @@ mod tests {
     fn a_malformed_spec_is_refused() {
         assert_eq!(
             Faults::parse("explode=ns/x").unwrap_err(),
-            "DEMO_CONTROLLER_FAULTS: cannot parse 'explode=ns/x': expected fail=NS/NAME, stall=NS/NAME[@DURATION], slow=DURATION, watch-timeout=DURATION or protobuf-accept=MEDIA_TYPE"
+            "DEMO_CONTROLLER_FAULTS: cannot parse 'explode=ns/x': expected fail=NS/NAME, stall=NS/NAME[@DURATION], slow=DURATION, watch-timeout=DURATION, protobuf-accept=MEDIA_TYPE, lose-take-answer, renew-late=DURATION@N or kept-bytes=N"
         );
         assert!(
             Faults::parse("slow=fast").unwrap_err().starts_with("DEMO_CONTROLLER_FAULTS: cannot parse 'slow=fast': ")
@@ -191,6 +226,23 @@ mod tests {
         assert_eq!(Faults::parse("watch-timeout=4s").unwrap().watch_timeout, Some(4));
         assert_eq!(Faults::parse("watch-timeout=10ms").unwrap().watch_timeout, Some(1), "at least a second");
         assert_eq!(Faults::parse("").unwrap().watch_timeout, None);
+    }
+
+    #[test]
+    fn election_faults_are_parsed_and_off_by_default() {
+        let faults = Faults::parse("lose-take-answer,renew-late=1500ms@3,kept-bytes=10").unwrap();
+        let want = ElectionFaults {
+            lose_take_answer: true,
+            renew_late: Some((Duration::from_millis(1500), 3)),
+            kept_bytes: Some(10),
+        };
+        assert_eq!(faults.election, want);
+        assert!(!faults.wraps_syncs());
+        assert_eq!(Faults::parse("").unwrap().election, ElectionFaults::default());
+        assert_eq!(
+            Faults::parse("renew-late=1s").unwrap_err(),
+            "DEMO_CONTROLLER_FAULTS: cannot parse 'renew-late=1s': expected renew-late=DURATION@N, N from 1"
+        );
     }
 
     #[test]

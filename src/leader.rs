@@ -13,9 +13,12 @@
 //! What client-go has no word for is where the new leader starts. Here the
 //! leader writes, with every renew, how far it has logged ([`MARK`]): the
 //! resourceVersion up to which its informer's watch stream was delivered
-//! (the last event's, a bookmark's, a list's), taken only while every key
+//! (the last event's, a bookmark's, a list's), taken while every key
 //! added was synced (none queued, held by a worker, or waiting out a
-//! retry), so every change at or below it was synced ([`next_mark`]). A standby's worker takes every change in, as the
+//! retry), so every change at or below it was synced ([`next_mark`]); under
+//! steady churn, when the queue is never idle, a position read earlier
+//! once every key that was busy then has been synced since (the low
+//! watermark, [`Gate::watermark`]). A standby's worker takes every change in, as the
 //! leader's does, and hands its line to the [`Gate`], which keeps it until
 //! the mark covers it. Once the standby leads, it logs the lines it kept
 //! past the mark. After a graceful handoff the mark is exact: nothing
@@ -56,17 +59,18 @@
 //! them then, with `replayed=true` where the mark passed the lower end
 //! (short of it, the delete came after the mark for certain).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
 use kube::api::PostParams;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::faults::ElectionFaults;
 use crate::wire::Position;
 
 use crate::informer::Relist;
@@ -80,6 +84,14 @@ use crate::queue::Queue;
 /// stream position (protobuf only) and the newest pod resourceVersion taken
 /// in, logged or silent (all JSON has): see [`next_mark`].
 pub const MARK: &str = "demo-controller.example.com/logged-up-to";
+
+/// The release stamp: the annotation a leader writes, with the holder
+/// cleared, when it gives the lease up after a drain that wrote every line
+/// (see [`Elector::release`]). Only then is its [`MARK`] exact: a lease
+/// that expired, or whose holder was cleared or that was deleted by hand,
+/// is a crash to the next leader, whose lines past the mark then say
+/// `replayed=true`. Any write by a holder removes it.
+pub const RELEASED: &str = "demo-controller.example.com/released";
 
 /// client-go's `JitterFactor`: the renew deadline must leave room for one
 /// retry period stretched by this much.
@@ -98,8 +110,16 @@ impl Timings {
     /// names: a standby may take the lease `lease_duration` after its last
     /// renew, so the leader must have stopped by then (`renew_deadline`), and
     /// that deadline must leave room for at least one retry.
+    ///
+    /// The Lease carries its duration in whole seconds
+    /// (`leaseDurationSeconds`), and a standby waits what the Lease says: so
+    /// the lease duration is rounded up to whole seconds first (1500ms is
+    /// 2s), and checked as rounded. Cut down instead, a standby could take
+    /// the lease before the leader's renew deadline.
     pub fn check(self) -> Result<Timings, String> {
         let Timings { lease_duration, renew_deadline, retry_period } = self;
+        let lease_duration =
+            Duration::from_secs(lease_duration.as_secs() + u64::from(lease_duration.subsec_nanos() > 0));
         if lease_duration <= renew_deadline {
             return Err("--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline".into());
         }
@@ -109,7 +129,7 @@ impl Timings {
         if retry_period.is_zero() {
             return Err("--leader-elect-retry-period must be greater than zero".into());
         }
-        Ok(self)
+        Ok(Timings { lease_duration, renew_deadline, retry_period })
     }
 }
 
@@ -136,6 +156,8 @@ pub struct Record {
     pub transitions: i32,
     /// The leader's [`MARK`], if it wrote one.
     pub mark: Option<u64>,
+    /// The lease carries the release stamp ([`RELEASED`]).
+    pub released: bool,
 }
 
 impl Record {
@@ -147,6 +169,7 @@ impl Record {
             lease_duration: Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64),
             transitions: spec.lease_transitions.unwrap_or(0),
             mark: lease.metadata.annotations.as_ref().and_then(|a| a.get(MARK)).and_then(|m| m.parse().ok()),
+            released: lease.metadata.annotations.as_ref().and_then(|a| a.get(RELEASED)).is_some_and(|r| r == "true"),
         }
     }
 }
@@ -195,6 +218,13 @@ impl Observer {
 }
 // ANCHOR_END: decide
 
+impl Pending {
+    fn new(key: &Key, change: &Change, initial: bool, reason: Option<&'static str>, version: Version) -> Pending {
+        let bytes = weight(key, change);
+        Pending { key: key.clone(), change: change.clone(), initial, reason, version, bytes }
+    }
+}
+
 /// How a line passes the gate (see [`Gate::admit`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -210,8 +240,12 @@ pub enum Verdict {
 #[derive(Debug)]
 enum Role {
     /// Lines are written, but none up to `mark` (the previous leader's), and
-    /// none after `until`: the renew deadline after the last renew.
-    Leading { mark: Option<u64>, until: Option<Instant> },
+    /// none after `until`: the renew deadline after the last renew. After a
+    /// take without a release, a change below `doubt` (the take's own
+    /// resourceVersion) may have been logged by the previous leader before
+    /// it stopped, past its mark: its line says `replayed=true`, also when
+    /// our stream lagged and it reaches us after the take.
+    Leading { mark: Option<u64>, until: Option<Instant>, doubt: Option<u64> },
     /// No line. Those past `mark` wait in `kept`.
     Standby { mark: Option<u64> },
 }
@@ -277,6 +311,17 @@ impl Version {
         }
     }
 
+    /// Whether it may lie below `doubt` (see [`Role::Leading`]): a version
+    /// below it, or a delete whose lower end is (a version that is not a
+    /// number cannot be placed: it is not said to be replayed).
+    fn before(self, doubt: Option<u64>) -> bool {
+        let Some(doubt) = doubt else { return false };
+        match self {
+            Version::At(v) => v.is_some_and(|v| v < doubt),
+            Version::Between { after, .. } => after.is_none_or(|after| after < doubt),
+        }
+    }
+
     /// Whether some mark can cover it: a version that is a number, or a
     /// delete with an upper bound.
     fn coverable(self) -> bool {
@@ -302,9 +347,24 @@ pub struct Pending {
     pub initial: bool,
     pub reason: Option<&'static str>,
     version: Version,
+    /// Its estimated size (see [`weight`]).
+    bytes: usize,
 }
 
-#[derive(Debug, Default)]
+/// A kept line's estimated size in memory: its key, and for each pod state
+/// it shows, the pod's metadata as JSON plus 1 KiB for the rest (its spec
+/// and status as the cache keeps them: a few names and numbers). An old
+/// state a line keeps is memory the cache no longer holds.
+fn weight(key: &Key, change: &Change) -> usize {
+    let of = |p: &crate::pod::PodState| serde_json::to_vec(&p.pod.metadata).map_or(0, |json| json.len()) + 1024;
+    let states = match change {
+        Change::Add(p) | Change::Delete(p) => of(p),
+        Change::Update { old, new } => of(old) + of(new),
+    };
+    key.namespace.len() + key.name.len() + states
+}
+
+#[derive(Debug)]
 struct Kept {
     /// A standby's lines past the mark that a later mark can cover, each
     /// numbered in the order its workers took them.
@@ -315,33 +375,67 @@ struct Kept {
     uncovered: VecDeque<(u64, Pending)>,
     /// Lines kept so far: the next one's number.
     count: u64,
+    /// The estimated size of the lines kept now, and its bound.
+    bytes: usize,
+    max_bytes: usize,
+}
+
+impl Default for Kept {
+    fn default() -> Kept {
+        let (coverable, uncovered) = Default::default();
+        Kept { coverable, uncovered, count: 0, bytes: 0, max_bytes: KEPT_BYTES }
+    }
 }
 
 impl Kept {
-    fn keep(&mut self, line: Pending) {
-        if self.coverable.len() + self.uncovered.len() == PENDING_CAP {
+    /// Keeps `line`; returns the oldest lines dropped to make room for it
+    /// (past [`PENDING_CAP`] lines or [`KEPT_BYTES`]; a line alone is kept
+    /// whatever its size).
+    fn keep(&mut self, line: Pending) -> Vec<Pending> {
+        let mut dropped = Vec::new();
+        while !self.is_empty()
+            && (self.coverable.len() + self.uncovered.len() >= PENDING_CAP || self.bytes + line.bytes > self.max_bytes)
+        {
             // The oldest of the two goes.
-            match (self.coverable.front(), self.uncovered.front()) {
+            let oldest = match (self.coverable.front(), self.uncovered.front()) {
                 (Some((a, _)), Some((b, _))) if b < a => self.uncovered.pop_front(),
                 (Some(_), _) => self.coverable.pop_front(),
                 (None, _) => self.uncovered.pop_front(),
             };
+            if let Some((_, gone)) = oldest {
+                self.bytes -= gone.bytes;
+                dropped.push(gone);
+            }
         }
+        self.bytes += line.bytes;
         let numbered = (self.count, line);
         self.count += 1;
         match numbered.1.version.coverable() {
             true => self.coverable.push_back(numbered),
             false => self.uncovered.push_back(numbered),
         }
+        dropped
+    }
+
+    fn is_empty(&self) -> bool {
+        self.coverable.is_empty() && self.uncovered.is_empty()
     }
 
     /// A mark was heard: the lines it covers go.
     fn follow(&mut self, mark: Option<u64>) {
-        self.coverable.retain(|(_, p)| !p.version.covered_by(mark));
+        let bytes = &mut self.bytes;
+        self.coverable.retain(|(_, p)| {
+            let keep = !p.version.covered_by(mark);
+            if !keep {
+                *bytes -= p.bytes;
+            }
+            keep
+        });
     }
 
     /// Every line the mark does not cover, in the order taken.
     fn drain(&mut self, mark: Option<u64>) -> Vec<Pending> {
+        self.bytes = 0;
         let mut lines: Vec<(u64, Pending)> = self.coverable.drain(..).chain(self.uncovered.drain(..)).collect();
         lines.sort_by_key(|(n, _)| *n);
         lines.into_iter().map(|(_, p)| p).filter(|p| !p.version.covered_by(mark)).collect()
@@ -355,6 +449,25 @@ struct GateState {
     kept: Kept,
     /// The highest pod resourceVersion a sync took in (logged or silent).
     taken: Option<u64>,
+    /// The drain left keys unsynced (see [`Gate::left_unsynced`]).
+    unsynced: bool,
+    /// Syncs started so far (see [`Gate::sync_started`]).
+    syncs: u64,
+    /// The low watermark's candidate (see [`Gate::watermark`]).
+    candidate: Option<Candidate>,
+}
+
+/// A mark the low watermark may write once every key that was not synced
+/// when it was taken has been synced since (or has left the queue).
+#[derive(Debug)]
+struct Candidate {
+    /// The stream's position, read before `keys`.
+    position: Option<u64>,
+    /// Syncs started before it was taken: a sync numbered above started
+    /// after, and took in every change at or below `position`.
+    after: u64,
+    /// The keys not synced when it was taken, less those synced since.
+    keys: HashSet<Key>,
 }
 
 /// A kept line a new leader logs (see [`Gate::lead`]).
@@ -373,6 +486,23 @@ struct Resumed {
 /// kube's JSON watcher inferred (no mark covers them, see [`Seen`]); past
 /// it the oldest go.
 pub const PENDING_CAP: usize = 100_000;
+
+/// What the lines a standby keeps may weigh at most, estimated (see
+/// [`weight`]): 32 MiB, well inside the manifest's memory limit beside the
+/// cache. A line dropped at this bound, or at [`PENDING_CAP`], is lost if
+/// this replica leads before the leader's mark passes it: each drop is a
+/// WARN line and counts in `demo_controller_kept_lines_dropped_total`.
+pub const KEPT_BYTES: usize = 32 << 20;
+
+/// The message of the line for `change` of `key`, e.g. `onAdd: ns/p`.
+fn said(change: &Change, key: &Key) -> String {
+    let kind = match change {
+        Change::Add(_) => "onAdd",
+        Change::Update { .. } => "onUpdate",
+        Change::Delete(_) => "onDelete",
+    };
+    format!("{kind}: {key}")
+}
 
 /// The resourceVersion of the pod a change shows (None: not a number).
 fn resource_version(change: &Change) -> Option<u64> {
@@ -407,7 +537,7 @@ pub struct Gate {
 impl Gate {
     /// A logger without `--leader-elect`: it always leads, from nothing.
     pub fn leading() -> Arc<Gate> {
-        Gate::new(Role::Leading { mark: None, until: None })
+        Gate::new(Role::Leading { mark: None, until: None, doubt: None })
     }
 
     /// A candidate starts as a standby that has heard of no mark yet.
@@ -417,7 +547,14 @@ impl Gate {
 
     fn new(role: Role) -> Arc<Gate> {
         let decided = matches!(role, Role::Leading { .. });
-        let state = Mutex::new(GateState { role, kept: Kept::default(), taken: None });
+        let state = Mutex::new(GateState {
+            role,
+            kept: Kept::default(),
+            taken: None,
+            unsynced: false,
+            syncs: 0,
+            candidate: None,
+        });
         Arc::new(Gate { state, decided: tokio::sync::watch::Sender::new(decided) })
     }
 
@@ -466,20 +603,50 @@ impl Gate {
             // Past the renew deadline another may lead: checked here, at the
             // line, not only when the elector next wakes up (a process that
             // was paused resumes its workers and its elector in any order).
-            Role::Leading { until: Some(until), .. } if Instant::now() >= until => Verdict::Silent,
+            // The line is held back, and with it our mark (see
+            // [`Gate::holds`]): a late renew logs it ([`Gate::renewed`]),
+            // else the next leader does, from our last mark.
+            Role::Leading { until: Some(until), .. } if Instant::now() >= until => {
+                let dropped = state.kept.keep(Pending::new(key, change, initial, reason, version));
+                drop(state);
+                self.dropped(dropped);
+                Verdict::Silent
+            }
             // The previous leader's mark neither covers it nor rules it out.
             Role::Leading { mark, .. } if version.straddled_by(mark) => Verdict::Replayed,
+            Role::Leading { doubt, .. } if version.before(doubt) => Verdict::Replayed,
             Role::Leading { .. } => Verdict::Log,
             Role::Standby { mark } => {
                 if !version.covered_by(mark) {
-                    let (key, change) = (key.clone(), change.clone());
-                    state.kept.keep(Pending { key, change, initial, reason, version });
+                    let dropped = state.kept.keep(Pending::new(key, change, initial, reason, version));
+                    drop(state);
+                    self.dropped(dropped);
                 }
                 Verdict::Silent
             }
         }
     }
     // ANCHOR_END: gate
+
+    /// Kept lines dropped at the bound: each is said, and counted.
+    fn dropped(&self, lines: Vec<Pending>) {
+        let max_bytes = self.lock().kept.max_bytes;
+        for line in lines {
+            crate::metrics::kept_line_dropped();
+            warn!(
+                key = %line.key,
+                max_lines = PENDING_CAP,
+                max_bytes,
+                "dropped a kept line at the bound: {} is lost if this replica leads before the leader's mark passes it",
+                said(&line.change, &line.key)
+            );
+        }
+    }
+
+    /// Lowers the bound of the kept lines (the test seam's `kept-bytes`).
+    pub fn bound_kept_bytes(&self, max_bytes: usize) {
+        self.lock().kept.max_bytes = max_bytes;
+    }
 
     /// The highest pod resourceVersion taken in so far (logged or silent):
     /// the mark on JSON, when the queue is idle (see [`next_mark`]).
@@ -502,12 +669,84 @@ impl Gate {
         }
     }
 
-    /// A renew that started at `started` succeeded: lines until the renew
-    /// deadline after it.
-    fn renewed(&self, until: Instant) {
-        if let Role::Leading { until: old, .. } = &mut self.lock().role {
-            *old = Some(until);
+    /// A renew succeeded: lines until `until`, the renew deadline after its
+    /// start. If that is still ahead, the lines held back since the last
+    /// deadline are returned, to log now (nobody else led meanwhile).
+    fn renewed(&self, until: Instant) -> Vec<Resumed> {
+        let mut state = self.lock();
+        let Role::Leading { mark, until: old, .. } = &mut state.role else { return Vec::new() };
+        *old = Some(until);
+        let mark = *mark;
+        if Instant::now() >= until {
+            return Vec::new();
         }
+        let held = state.kept.drain(mark).into_iter();
+        held.map(|line| Resumed { open: line.version.straddled_by(mark), line }).collect()
+    }
+
+    /// We lead and hold lines back (past the renew deadline): the mark may
+    /// not move, for it would say they were logged.
+    pub fn holds(&self) -> bool {
+        let state = self.lock();
+        matches!(state.role, Role::Leading { .. }) && !state.kept.is_empty()
+    }
+
+    /// We lead, and the renew deadline has not passed.
+    fn within_deadline(&self) -> bool {
+        match self.lock().role {
+            Role::Leading { until, .. } => until.is_none_or(|until| Instant::now() < until),
+            Role::Standby { .. } => false,
+        }
+    }
+
+    /// A worker starts a sync: its number, for [`Gate::synced`].
+    pub fn sync_started(&self) -> u64 {
+        let mut state = self.lock();
+        state.syncs += 1;
+        state.syncs
+    }
+
+    /// The sync numbered `started` of `key` succeeded: it took in every
+    /// change of the key up to where the stream was when it started.
+    pub fn synced(&self, key: &Key, started: u64) {
+        if let Some(candidate) = &mut self.lock().candidate
+            && started > candidate.after
+        {
+            candidate.keys.remove(key);
+        }
+    }
+
+    /// The low watermark, for a queue that is never idle under steady
+    /// churn: returns a mark every change at or below which was synced, if
+    /// one is known now. It takes a candidate: the stream's `position`
+    /// (read first) and the keys not synced then (`pending`, read after).
+    /// A change at or below the position was queued before the position
+    /// could be read (see [`next_mark`]): its key was synced already, or
+    /// is among them. Once each of them was synced by a sync that started
+    /// after (or left the queue: dropped after its last attempt), the
+    /// candidate's position is the mark, and a new candidate is taken.
+    fn watermark(&self, position: Option<u64>, pending: HashSet<Key>) -> Option<u64> {
+        let mut state = self.lock();
+        let after = state.syncs;
+        if let Some(candidate) = &mut state.candidate {
+            candidate.keys.retain(|key| pending.contains(key));
+            if !candidate.keys.is_empty() {
+                return None;
+            }
+        }
+        let new = Candidate { position, after, keys: pending };
+        state.candidate.replace(new).and_then(|done| done.position)
+    }
+
+    /// The drain left keys unsynced (it timed out, or a last try failed):
+    /// the lease is not released (see [`Elector::release`]).
+    pub fn left_unsynced(&self) {
+        self.lock().unsynced = true;
+    }
+
+    /// Every key was synced at the shutdown, as far as we know.
+    fn complete(&self) -> bool {
+        !self.lock().unsynced
     }
 
     /// We lead from the lease's `mark`, until `until` unless renewed:
@@ -515,9 +754,17 @@ impl Gate {
     /// other.
     fn lead(&self, mark: Option<u64>, until: Instant) -> Vec<Resumed> {
         let mut state = self.lock();
-        state.role = Role::Leading { mark, until: Some(until) };
+        state.role = Role::Leading { mark, until: Some(until), doubt: None };
         let kept = state.kept.drain(mark).into_iter();
         kept.map(|line| Resumed { open: line.version.straddled_by(mark), line }).collect()
+    }
+
+    /// We took the lease without a release, with a write at `version`:
+    /// lines of changes below it say `replayed=true` (see [`Role`]).
+    fn doubt_below(&self, version: Option<u64>) {
+        if let Role::Leading { doubt, .. } = &mut self.lock().role {
+            *doubt = version;
+        }
     }
 
     /// No more lines, from now on.
@@ -599,6 +846,23 @@ pub struct Elector {
     /// Since when a lease we could take has been waiting for a caught-up
     /// standby, while we are not caught up (see [`Elector::defer`]).
     deferring: Option<Instant>,
+    /// A take we wrote (create or replace) and whether it followed a
+    /// release, until we lead: if its answer is lost, the next try finds us
+    /// the holder and learns from here how the previous leader stopped.
+    took: Option<bool>,
+    /// We have seen another holder on the lease: a lease gone since was
+    /// deleted by hand, not never made.
+    heard_of_leader: bool,
+    /// The last mark refused (see [`Elector::checked`]), warned about once.
+    refused: Option<u64>,
+    /// The line of a refusal (401, 403) on the lease, while it lasts.
+    forbidden: Option<String>,
+    /// `namespace/name` of the lease, for the lines.
+    lease_ref: String,
+    /// The test seam's faults of the election (faults.rs); none normally.
+    faults: ElectionFaults,
+    /// Renews that succeeded so far (for the seam's `renew-late`).
+    renews: u32,
 }
 
 impl Elector {
@@ -610,6 +874,9 @@ impl Elector {
         queue: Arc<Queue<Key>>,
         position: Position,
     ) -> Elector {
+        // 0 from the start, not absent until the first lead: a standby (or a
+        // replica refused the lease) shows as one.
+        crate::metrics::leader(name, false);
         Elector {
             api,
             name: name.to_string(),
@@ -625,6 +892,48 @@ impl Elector {
             attempt: Instant::now(),
             joined: None,
             deferring: None,
+            took: None,
+            heard_of_leader: false,
+            refused: None,
+            forbidden: None,
+            lease_ref: name.to_string(),
+            faults: ElectionFaults::default(),
+            renews: 0,
+        }
+    }
+
+    /// Names the lease `namespace/name` in the lines (its name alone by
+    /// default).
+    pub fn in_namespace(mut self, namespace: &str) -> Elector {
+        self.lease_ref = format!("{namespace}/{}", self.name);
+        self
+    }
+
+    /// With the test seam's faults of the election (DEMO_CONTROLLER_FAULTS,
+    /// see faults.rs).
+    pub fn with_faults(mut self, faults: ElectionFaults) -> Elector {
+        self.faults = faults;
+        self
+    }
+
+    /// The seam's `lose-take-answer`: the first take's answer never comes
+    /// (the server committed it), once.
+    async fn lose_take_answer(&mut self) {
+        if std::mem::take(&mut self.faults.lose_take_answer) {
+            warn!(lease = self.name, "{}: the answer to this take of the lease is lost", crate::faults::ENV);
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// The seam's `renew-late`: the N-th renew's answer is taken in late.
+    async fn renew_late(&mut self) {
+        self.renews += 1;
+        if let Some((late, nth)) = self.faults.renew_late
+            && nth == self.renews
+        {
+            warn!(lease = self.name, "{}: taking in the answer to renew {nth} {late:?} late", crate::faults::ENV);
+            tokio::time::sleep(late).await;
+            warn!(lease = self.name, "{}: took in the answer to renew {nth}", crate::faults::ENV);
         }
     }
 
@@ -633,13 +942,20 @@ impl Elector {
     }
 
     /// The mark to write: how far the informer's watch stream has come (or
-    /// the syncs, if further), once the queue is idle (see [`next_mark`]).
-    /// While keys wait, the last mark stands: a mark may lag, never run
-    /// ahead of the log.
+    /// the syncs, if further), once the queue is idle and the gate holds no
+    /// line back (see [`next_mark`]). While keys wait, the last mark
+    /// stands: a mark may lag, never run ahead of the log.
     fn progress(&mut self) -> Option<u64> {
         let (position, gate, queue) = (&self.position, &self.gate, &self.queue);
         let stream = || position.handled().and_then(|rv| rv.parse::<u64>().ok()).max(gate.taken());
-        self.mark = next_mark(self.mark, stream, || queue.is_idle());
+        let mut busy = None;
+        self.mark = next_mark(self.mark, || *busy.insert(stream()), || queue.is_idle() && !gate.holds());
+        // Not idle (under steady churn, rarely is it): the low watermark,
+        // which moves once the keys that were busy have been synced.
+        if !queue.is_idle() && !gate.holds() {
+            let position = busy.flatten();
+            self.mark = self.mark.max(gate.watermark(position, queue.pending()));
+        }
         self.mark
     }
 
@@ -666,25 +982,31 @@ impl Elector {
                 self.timings.renew_deadline
             };
             match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
-                Ok(Ok(true)) => {
+                Ok(Ok(Tried::Holding)) => {
+                    if leading {
+                        self.renew_late().await;
+                    }
                     // Measured from before the write: others count the
                     // lease duration from when they saw it, later.
                     last_renew = started;
-                    self.gate.renewed(started + self.timings.renew_deadline);
-                    self.failing = false;
+                    self.renewed(started + self.timings.renew_deadline);
+                    self.reached();
                 }
                 // Reached, and another leads (or the lease is not ours to
                 // take yet): the next failure is a new outage.
-                Ok(Ok(false)) => self.failing = false,
-                Ok(Err(err)) if !self.failing => {
-                    self.failing = true;
-                    warn!(lease = self.name, "cannot reach the lease (retrying every retry period): {err}");
+                Ok(Ok(Tried::NotHolding)) => self.reached(),
+                Ok(Ok(Tried::Lost(why))) => {
+                    // Past the deadline (a paused process that resumed in
+                    // the middle of a try), that is the first reason.
+                    let late = last_renew.elapsed() >= self.timings.renew_deadline;
+                    return self.lost(if late { "no renew within the renew deadline" } else { &why });
                 }
+                Ok(Err((verb, err))) => self.failed(verb, &err),
                 Err(_) if !self.failing => {
                     self.failing = true;
                     warn!(lease = self.name, "cannot reach the lease (retrying every retry period): no answer in time");
                 }
-                Ok(Err(_)) | Err(_) => {}
+                Err(_) => {}
             }
             // The workers start once we lead or know the leader's mark (see
             // Gate::decided); a lease duration without one is enough waiting.
@@ -692,33 +1014,114 @@ impl Elector {
             if leading && last_renew.elapsed() >= self.timings.renew_deadline {
                 // No line after this one: the gate closes before a standby
                 // can take the lease (renew deadline < lease duration).
-                self.gate.stop();
-                crate::metrics::leader(&self.name, false);
-                warn!(lease = self.name, "lost the lease: no renew within the renew deadline, exiting (exit code 1)");
-                return;
+                return self.lost("no renew within the renew deadline");
             }
         }
     }
     // ANCHOR_END: run
 
-    /// One read of the lease and the write it calls for. `Ok(true)`: we hold
-    /// it now.
-    async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
-        let lease = match self.api.get_opt(&self.name).await? {
-            Some(lease) => lease,
-            None => {
-                self.observer.step(&self.me, None, Instant::now());
-                let lease = self.lease(Lease::default(), 0);
-                return match self.api.create(&PostParams::default(), &lease).await {
-                    Ok(_) => Ok(self.became_leader(None, true)),
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(false), // another candidate was faster
-                    Err(e) => Err(e),
-                };
+    /// A try reached the lease: the next failure is a new outage, and a
+    /// refusal is over.
+    fn reached(&mut self) {
+        self.failing = false;
+        if self.forbidden.take().is_some() {
+            crate::probes::lease_refused(None);
+            info!(lease = self.lease_ref, "the lease can be read and written again");
+        }
+    }
+
+    /// A request on the lease failed: one line per outage. A refusal (401,
+    /// 403) is no outage that passes by itself: it names the verb and the
+    /// lease, and makes the replica not ready until a try gets through.
+    fn failed(&mut self, verb: &'static str, err: &kube::Error) {
+        if let kube::Error::Api(status) = err
+            && (status.code == 401 || status.code == 403)
+        {
+            let line = format!(
+                "cannot {verb} the lease {}: {} ({}, {}): grant get, create and update on leases to this identity (see demo-controller.yaml); retrying every retry period",
+                self.lease_ref,
+                crate::text::cleaned(status.message.trim(), crate::text::MESSAGE_CHARS),
+                crate::text::cleaned(&status.reason, crate::text::WORD_CHARS),
+                status.code,
+            );
+            if self.forbidden.as_ref() != Some(&line) {
+                warn!(lease = self.lease_ref, "{line}");
+                crate::probes::lease_refused(Some(line.clone()));
+                self.forbidden = Some(line);
             }
+            self.failing = true;
+            return;
+        }
+        if !self.failing {
+            self.failing = true;
+            warn!(lease = self.name, "cannot reach the lease (retrying every retry period): {err}");
+        }
+    }
+
+    /// The lease is not ours any more (`why`): no line from now on, and
+    /// the program exits 1. The lines held back since the renew deadline,
+    /// if any, stay unlogged, and so does our mark: the next leader logs
+    /// them from it.
+    fn lost(&mut self, why: &str) {
+        self.gate.stop();
+        crate::metrics::leader(&self.name, false);
+        warn!(lease = self.name, "lost the lease: {why}, exiting (exit code 1)");
+    }
+
+    /// A renew that started at `until` minus the renew deadline succeeded.
+    /// If it came back after the previous deadline (a busy runtime, a
+    /// paused process), the gate held back every line since: the renew
+    /// proves that nobody else led meanwhile (no other holder wrote the
+    /// lease, or ours would have failed), so they are logged now, before
+    /// any later line.
+    fn renewed(&mut self, until: Instant) {
+        let held = self.gate.renewed(until);
+        if !held.is_empty() {
+            info!(
+                lease = self.name,
+                lines = held.len(),
+                "a late renew proved that nobody else led: logging the lines held back since the renew deadline"
+            );
+        }
+        for Resumed { line: p, open } in held {
+            crate::line::log(&p.key, &p.change, p.initial, p.reason, open.then_some(true));
+        }
+    }
+
+    /// One read of the lease and the write it calls for.
+    async fn try_acquire_or_renew(&mut self) -> Result<Tried, LeaseError> {
+        let leading = self.gate.is_leading();
+        let Some(lease) = self.api.get_opt(&self.name).await.map_err(|e| ("get", e))? else {
+            if leading {
+                return Ok(Tried::Lost("the lease was deleted".into()));
+            }
+            self.observer.step(&self.me, None, Instant::now());
+            // A lease that is gone after we saw one held was deleted by
+            // hand: that is no release, and its holder may have logged
+            // past its last mark.
+            let released = !self.heard_of_leader;
+            self.took = Some(released);
+            let lease = self.lease(Lease::default(), 0, None);
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(created) => {
+                    self.lose_take_answer().await;
+                    Ok(self.became_leader(None, released, &created))
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(Tried::NotHolding), // another candidate was faster
+                Err(e) => Err(("create", e)),
+            };
         };
-        let record = Record::of(&lease);
+        let record = self.checked(Record::of(&lease));
+        if !record.holder.is_empty() && record.holder != self.me {
+            self.heard_of_leader = true;
+        }
+        if leading && record.holder != self.me {
+            // Another holder wrote itself in, or the holder was cleared:
+            // someone else may log from now on. Stop at once.
+            return Ok(Tried::Lost(lost_to(&record.holder)));
+        }
         match self.observer.step(&self.me, Some(&record), Instant::now()) {
-            Step::Create => Ok(false),
+            Step::Create => Ok(Tried::NotHolding),
             Step::Wait { holder } => {
                 self.deferring = None;
                 if self.standing_by.as_ref() != Some(&holder) {
@@ -726,20 +1129,85 @@ impl Elector {
                     self.standing_by = Some(holder);
                 }
                 self.gate.follow(record.mark);
-                Ok(false)
+                Ok(Tried::NotHolding)
             }
-            Step::Take { .. } if !self.gate.is_leading() && self.defer(&record) => Ok(false),
-            Step::Renew { transitions } | Step::Take { transitions } => {
-                let taking = !self.gate.is_leading();
-                let lease = self.lease(lease, transitions);
+            Step::Take { .. } if self.defer(&record) => Ok(Tried::NotHolding),
+            Step::Take { transitions } => {
+                // Only a holder that stopped and then cleared itself with
+                // the release stamp released the lease; a lease that merely
+                // expired, or whose holder was cleared by hand, did not.
+                let released = record.released && record.holder.is_empty();
+                self.took = Some(released);
+                // The take keeps the previous leader's mark: ours goes on
+                // the lease only with a renew, after the lines we kept past
+                // it are out. If this take's answer is lost, the next try
+                // finds us the holder, and still the mark to resume from.
+                let lease = self.lease(lease, transitions, record.mark);
                 match self.api.replace(&self.name, &PostParams::default(), &lease).await {
-                    Ok(_) if taking => Ok(self.became_leader(record.mark, record.holder.is_empty())),
-                    Ok(_) => Ok(true),
+                    Ok(taken) => {
+                        self.lose_take_answer().await;
+                        Ok(self.became_leader(record.mark, released, &taken))
+                    }
                     // The resourceVersion moved: someone wrote first.
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-                    Err(e) => Err(e),
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(Tried::NotHolding),
+                    Err(e) => Err(("update", e)),
                 }
             }
+            Step::Renew { transitions } => {
+                // Ours but not leading: our take went through and its
+                // answer was lost. The mark on the lease is still the
+                // previous leader's (see Take above).
+                let mark = if leading { self.progress() } else { record.mark };
+                let lease = self.lease(lease, transitions, mark);
+                match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+                    // The renew's version is past the take's: a looser bound.
+                    Ok(renewed) if !leading => {
+                        let released = self.took.take().unwrap_or(false);
+                        Ok(self.became_leader(record.mark, released, &renewed))
+                    }
+                    Ok(_) => Ok(Tried::Holding),
+                    Err(kube::Error::Api(e)) if e.code == 409 && leading => self.after_conflict().await,
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(Tried::NotHolding),
+                    Err(e) => Err(("update", e)),
+                }
+            }
+        }
+    }
+
+    /// The record, with its mark refused if no leader of this lease can have
+    /// written it: a mark is a resourceVersion read before the write that
+    /// carried it, so it is below the Lease's own. One at or above it comes
+    /// from elsewhere (a backup restored from another cluster, a hand
+    /// edit) and would silence every line up to it: it is dropped, with a
+    /// warning (once per mark).
+    fn checked(&mut self, mut record: Record) -> Record {
+        let (Some(mark), Ok(version)) = (record.mark, record.version.parse::<u64>()) else { return record };
+        if mark < version {
+            return record;
+        }
+        if self.refused != Some(mark) {
+            warn!(
+                lease = self.name,
+                mark,
+                resource_version = version,
+                "ignoring the lease's mark: it is at or above the lease's own resourceVersion, so no leader wrote it (a restored backup or a hand edit?); lines past the previous leader's last real mark may repeat, saying replayed=true"
+            );
+            self.refused = Some(mark);
+        }
+        record.mark = None;
+        record
+    }
+
+    /// Our renew met a conflict: someone wrote the lease since we read it.
+    /// Lost if it now has another holder or is gone; else (an edit that
+    /// left us the holder) the next renew tries again.
+    async fn after_conflict(&mut self) -> Result<Tried, LeaseError> {
+        match self.api.get_opt(&self.name).await.map_err(|e| ("get", e))? {
+            None => Ok(Tried::Lost("the lease was deleted".into())),
+            Some(lease) => match Record::of(&lease).holder {
+                holder if holder != self.me => Ok(Tried::Lost(lost_to(&holder))),
+                _ => Ok(Tried::NotHolding),
+            },
         }
     }
 
@@ -768,9 +1236,17 @@ impl Elector {
         since.elapsed() < 2 * self.timings.retry_period
     }
 
-    fn became_leader(&mut self, mark: Option<u64>, released: bool) -> bool {
+    /// We lead from `mark`, after a take or create that wrote `written`.
+    fn became_leader(&mut self, mark: Option<u64>, released: bool, written: &Lease) -> Tried {
         self.mark = mark;
+        self.took = None;
         let kept = self.gate.lead(mark, self.attempt + self.timings.renew_deadline);
+        if !released {
+            // The previous leader stopped before its lease expired for us,
+            // so before this write: it logged no change at or above it.
+            let version = written.metadata.resource_version.as_deref().and_then(|v| v.parse().ok());
+            self.gate.doubt_below(version.or(Some(u64::MAX)));
+        }
         crate::metrics::leader(&self.name, true);
         info!(identity = self.me, resumes_after = mark, released, kept = kept.len(), "became leader");
         // What we took in past the mark: after a release the leader had
@@ -781,11 +1257,12 @@ impl Elector {
         for Resumed { line: p, open } in kept {
             crate::line::log(&p.key, &p.change, p.initial, p.reason, (!released || open).then_some(true));
         }
-        true
+        Tried::Holding
     }
 
-    /// `lease` held by us, renewed now, with our progress.
-    fn lease(&mut self, mut lease: Lease, transitions: i32) -> Lease {
+    /// `lease` held by us, renewed now, with `mark` (None: none).
+    /// Whatever release stamp it had goes: it is held again.
+    fn lease(&mut self, mut lease: Lease, transitions: i32, mark: Option<u64>) -> Lease {
         let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         if spec.holder_identity.as_deref() != Some(&self.me) {
@@ -795,39 +1272,56 @@ impl Elector {
         spec.lease_duration_seconds = Some(self.timings.lease_duration.as_secs().max(1) as i32);
         spec.renew_time = Some(now);
         spec.lease_transitions = Some(transitions);
-        self.write_mark(&mut lease.metadata);
+        if lease.metadata.name.is_none() {
+            lease.metadata.name = Some(self.name.clone());
+        }
+        let annotations = lease.metadata.annotations.get_or_insert_with(Default::default);
+        annotations.remove(RELEASED);
+        match mark {
+            Some(mark) => annotations.insert(MARK.into(), mark.to_string()),
+            None => annotations.remove(MARK), // none yet, or one refused
+        };
         lease
     }
 
-    fn write_mark(&mut self, meta: &mut ObjectMeta) {
-        if meta.name.is_none() {
-            meta.name = Some(self.name.clone());
-        }
-        if let Some(mark) = self.progress() {
-            meta.annotations.get_or_insert_with(Default::default).insert(MARK.into(), mark.to_string());
-        }
-    }
-
-    /// After the drain: give the lease up with the final mark, so a standby
-    /// takes it at its next retry instead of waiting out the lease duration
-    /// (client-go's `ReleaseOnCancel`). Best effort: if it fails, the lease
-    /// expires.
+    /// After the drain: give the lease up with the final mark and the
+    /// release stamp, so a standby takes it at its next retry instead of
+    /// waiting out the lease duration (client-go's `ReleaseOnCancel`), and
+    /// trusts the mark as exact. Only after a drain that ended with every
+    /// key synced, the queue idle and no line held back: else the mark is
+    /// behind what was logged, and the lease is left to expire, so the next
+    /// leader says `replayed=true` on what it logs past the mark. Best
+    /// effort: if it fails, the lease expires.
     pub async fn release(&mut self) {
         if !self.gate.is_leading() {
             return;
         }
+        if !self.gate.complete() || !self.queue.is_idle() || self.gate.holds() || !self.gate.within_deadline() {
+            warn!(
+                lease = self.name,
+                logged_up_to = self.mark,
+                "not releasing the lease: the drain did not end with every line written; it expires, and the next leader marks what it may repeat with replayed=true"
+            );
+            return;
+        }
+        let mark = self.progress();
         let deadline = self.timings.renew_deadline;
+        let (api, name, me) = (&self.api, &self.name, &self.me);
         let released = async {
-            let Some(mut lease) = self.api.get_opt(&self.name).await? else { return Ok(false) };
-            if Record::of(&lease).holder != self.me {
+            let Some(mut lease) = api.get_opt(name).await? else { return Ok(false) };
+            if Record::of(&lease).holder != *me {
                 return Ok(false);
             }
             let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
             spec.holder_identity = None;
             spec.lease_duration_seconds = Some(1);
             spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
-            self.write_mark(&mut lease.metadata);
-            self.api.replace(&self.name, &PostParams::default(), &lease).await.map(|_| true)
+            let annotations = lease.metadata.annotations.get_or_insert_with(Default::default);
+            if let Some(mark) = mark {
+                annotations.insert(MARK.into(), mark.to_string());
+            }
+            annotations.insert(RELEASED.into(), "true".into());
+            api.replace(name, &PostParams::default(), &lease).await.map(|_| true)
         };
         match tokio::time::timeout(deadline, released).await {
             Ok(Ok(true)) => {
@@ -838,6 +1332,28 @@ impl Elector {
             Ok(Err(err)) => warn!(lease = self.name, "cannot release the lease, it will expire: {err}"),
             Err(_) => warn!(lease = self.name, "cannot release the lease in time, it will expire"),
         }
+    }
+}
+
+/// A request on the Lease that failed, and its verb (get, create, update).
+type LeaseError = (&'static str, kube::Error);
+
+/// What one try of the elector found.
+#[derive(Debug)]
+enum Tried {
+    /// We hold the lease (renewed, taken or created).
+    Holding,
+    /// Another holds it, or it is not ours to take yet.
+    NotHolding,
+    /// We led, and the lease says we do not any more: why.
+    Lost(String),
+}
+
+/// Why a leader that read `holder` on its lease lost it.
+fn lost_to(holder: &str) -> String {
+    match holder {
+        "" => "its holder was cleared".into(),
+        holder => format!("{holder} holds it"),
     }
 }
 
@@ -952,6 +1468,12 @@ mod tests {
         );
         // The jitter's edge: 1.2 x 5s is 6s, not less than the deadline.
         assert!(t(s(15), s(6), s(5)).is_err());
+        // The lease duration goes on the Lease in whole seconds: rounded
+        // up, and checked as rounded.
+        let ms = Duration::from_millis;
+        assert_eq!(t(ms(1500), s(1), ms(200)).unwrap().lease_duration, s(2));
+        assert_eq!(t(ms(1500), ms(1800), ms(200)).unwrap().lease_duration, s(2));
+        assert_eq!(t(s(15), s(10), s(2)).unwrap().lease_duration, s(15));
         assert_eq!(t(s(15), s(10), s(0)).unwrap_err(), "--leader-elect-retry-period must be greater than zero");
     }
 
@@ -1164,6 +1686,7 @@ mod tests {
         assert_eq!(takeover(&gate, Some(5)), vec![(Some(6), false), (Some(7), false)]);
 
         let gate = Gate::standby();
+        gate.bound_kept_bytes(usize::MAX); // the count's bound alone
         gate.admit(&key("b"), &delete("1"), inferred(None), false, None);
         for rv in 2..PENDING_CAP as u64 + 2 {
             gate.admit(&key("a"), &add(&rv.to_string()), Seen::AsItHappened, false, None);
@@ -1196,6 +1719,92 @@ mod tests {
             Verdict::Silent,
             "the deadline passed"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_line_past_the_deadline_is_held_until_a_late_renew_logs_it() {
+        let gate = Gate::standby();
+        gate.lead(Some(1), Instant::now() + Duration::from_secs(2));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(gate.admit(&key("a"), &add("3"), Seen::AsItHappened, false, None), Verdict::Silent);
+        assert!(gate.holds(), "the mark must not pass a line held back");
+        // A renew whose own deadline has passed too reopens nothing.
+        assert_eq!(kept(gate.renewed(Instant::now())), vec![]);
+        assert!(gate.holds() && !gate.within_deadline());
+        // One that is late for the last deadline but not for its own: the
+        // line comes out, and the gate is open again.
+        assert_eq!(kept(gate.renewed(Instant::now() + Duration::from_secs(1))), vec![Some(3)]);
+        assert!(!gate.holds());
+        assert_eq!(gate.admit(&key("a"), &add("4"), Seen::AsItHappened, false, None), Verdict::Log);
+    }
+
+    #[test]
+    fn kept_lines_are_bounded_in_bytes_and_the_oldest_go() {
+        let gate = Gate::standby();
+        let one = weight(&key("a"), &add("1"));
+        gate.bound_kept_bytes(2 * one);
+        for rv in 1..=3 {
+            gate.admit(&key("a"), &add(&rv.to_string()), Seen::AsItHappened, false, None);
+        }
+        assert_eq!(gate.lock().kept.bytes, 2 * one);
+        assert_eq!(kept(gate.lead(None, Instant::now() + Duration::from_secs(60))), vec![Some(2), Some(3)]);
+        assert_eq!(gate.lock().kept.bytes, 0);
+        // One line alone is kept, whatever its size.
+        let gate = Gate::standby();
+        gate.bound_kept_bytes(1);
+        gate.admit(&key("a"), &add("1"), Seen::AsItHappened, false, None);
+        gate.admit(&key("a"), &add("2"), Seen::AsItHappened, false, None);
+        assert_eq!(kept(gate.lead(None, Instant::now() + Duration::from_secs(60))), vec![Some(2)]);
+    }
+
+    #[test]
+    fn the_low_watermark_moves_once_the_busy_keys_were_synced_since() {
+        let gate = Gate::leading();
+        let early = gate.sync_started(); // a sync of a, started before
+        assert_eq!(gate.watermark(Some(10), [key("a"), key("b")].into()), None, "a candidate at 10");
+        gate.synced(&key("a"), early);
+        assert_eq!(gate.watermark(Some(15), [key("a"), key("b")].into()), None, "a's sync began too early");
+        let later = gate.sync_started();
+        gate.synced(&key("a"), later);
+        // b still waits; c came later, and does not hold the candidate.
+        assert_eq!(gate.watermark(Some(20), [key("b"), key("c")].into()), None);
+        // b left the queue (dropped after its last attempt): 10 is the
+        // mark, and 20 the next candidate, which c holds.
+        assert_eq!(gate.watermark(Some(20), [key("c")].into()), Some(10));
+        assert_eq!(gate.watermark(Some(25), [key("c")].into()), None);
+        let c = gate.sync_started();
+        gate.synced(&key("c"), c);
+        assert_eq!(gate.watermark(Some(30), [key("c")].into()), Some(20), "c is busy again, synced since all the same");
+    }
+
+    #[test]
+    fn after_a_crash_a_change_from_before_the_take_says_it_may_be_a_replay() {
+        let gate = Gate::standby();
+        gate.lead(Some(10), Instant::now() + Duration::from_secs(60));
+        gate.doubt_below(Some(50));
+        assert_eq!(gate.admit(&key("a"), &add("10"), Seen::AsItHappened, false, None), Verdict::Silent);
+        assert_eq!(gate.admit(&key("a"), &add("49"), Seen::AsItHappened, false, None), Verdict::Replayed);
+        assert_eq!(gate.admit(&key("a"), &add("50"), Seen::AsItHappened, false, None), Verdict::Log);
+        assert_eq!(gate.admit(&key("b"), &delete("20"), inferred(Some(60)), false, None), Verdict::Replayed);
+        assert_eq!(gate.admit(&key("c"), &add("x"), Seen::AsItHappened, false, None), Verdict::Log);
+    }
+
+    #[test]
+    fn a_drain_that_left_keys_unsynced_is_no_complete_one() {
+        let gate = Gate::standby();
+        assert!(gate.complete());
+        gate.left_unsynced();
+        assert!(!gate.complete());
+    }
+
+    #[test]
+    fn a_lease_is_released_only_with_the_stamp() {
+        let mut lease = Lease::default();
+        assert!(!Record::of(&lease).released);
+        lease.metadata.annotations = Some([(RELEASED.to_string(), "true".to_string())].into());
+        assert!(Record::of(&lease).released);
+        assert_eq!(lost_to(""), "its holder was cleared");
+        assert_eq!(lost_to("b_1"), "b_1 holds it");
     }
 
     #[test]

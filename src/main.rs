@@ -126,6 +126,7 @@ async fn start(args: &Args, side: &tokio::runtime::Handle) -> Result<Started, Ex
         watch = watch.labels(selector);
     }
 
+    let election_faults = faults.election.clone();
     let settings = Settings {
         workers: args.workers,
         resync: Some(args.resync).filter(|d| !d.is_zero()),
@@ -149,10 +150,15 @@ async fn start(args: &Args, side: &tokio::runtime::Handle) -> Result<Started, Ex
     };
     // A candidate: every line passes the gate, closed until it leads.
     let gate = leader::Gate::standby();
+    if let Some(max_bytes) = election_faults.kept_bytes {
+        gate.bound_kept_bytes(max_bytes);
+    }
     let controller = Controller::with_gate(api, watch, settings, gate.clone());
     let timings = args.leader_timings().map_err(fatal)?; // checked at parse: cannot fail here
     let (name, queue, position) = (&args.leader_elect_resource_name, controller.queue(), controller.position());
-    let elector = leader::Elector::new(leases, name, timings, gate, queue, position);
+    let elector = leader::Elector::new(leases, name, timings, gate, queue, position)
+        .in_namespace(&args.lease_namespace())
+        .with_faults(election_faults);
     info!(
         identity = elector.identity(),
         lease = format!("{}/{}", args.lease_namespace(), args.leader_elect_resource_name),

@@ -47,6 +47,8 @@ struct Metrics {
     cache_pods: Gauge,
     /// client-go's leader election gauge: 1 while leading, by lease name.
     leader: Family<Labels, Gauge>,
+    /// Lines a standby kept and dropped at the bound (leader.rs).
+    kept_dropped: Counter,
 }
 
 /// client-go's buckets for both durations: ten buckets from 10 ns to 10 s,
@@ -72,6 +74,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         resyncs: Counter::default(),
         cache_pods: Gauge::default(),
         leader: Family::default(),
+        kept_dropped: Counter::default(),
         registry: Registry::default(),
     };
     registry.register("workqueue_depth", "Current depth of workqueue", m.depth.clone());
@@ -114,6 +117,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "leader_election_master_status",
         "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
         m.leader.clone(),
+    );
+    registry.register(
+        "demo_controller_kept_lines_dropped",
+        "Lines a standby kept for a takeover and dropped at the bound of what it keeps (lost if it takes over before the leader's mark passes them)",
+        m.kept_dropped.clone(),
     );
     let event_kinds = ["onAdd", "onUpdate", "onDelete"]
         .into_iter()
@@ -198,6 +206,10 @@ pub fn resynced() {
 /// With `--leader-elect`: 1 while we hold the lease `name`, else 0.
 pub fn leader(name: &str, leading: bool) {
     METRICS.leader.get_or_create(&vec![("name", name.to_string())]).set(i64::from(leading));
+}
+/// With `--leader-elect`: a kept line was dropped at the bound.
+pub fn kept_line_dropped() {
+    METRICS.kept_dropped.inc();
 }
 pub fn cache_pods(n: usize) {
     METRICS.cache_pods.set(n as i64);

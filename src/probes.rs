@@ -3,6 +3,8 @@
 //! - Readiness (`/readyz`): true exactly when the first full list of pods is
 //!   in the cache: "wait for cache sync", made visible. Until then it answers
 //!   503 with the reason, e.g. the last watch error (a missing permission).
+//!   With `--leader-elect`, it also answers 503 while the API server refuses
+//!   the Lease to this replica (401, 403): it could never take over.
 //! - Liveness (`/healthz`): true while the watch task and every worker run and
 //!   no worker has been stuck on one key for longer than `--stuck-after`. A
 //!   restart cures those. An API server outage does *not* fail liveness: a
@@ -39,6 +41,9 @@ struct State {
     workers_expected: AtomicUsize,
     workers_running: AtomicUsize,
     shutting_down: AtomicBool,
+    /// With `--leader-elect`: the API server refuses us the Lease (401,
+    /// 403), and the line that says so.
+    lease_refused: Mutex<Option<String>>,
 }
 
 static STATE: LazyLock<State> = LazyLock::new(State::default);
@@ -50,6 +55,13 @@ pub fn synced() {
 /// Remembers the last watch error for `/readyz`; `None` clears it.
 pub fn watch_error(error: Option<String>) {
     *STATE.last_watch_error.lock().unwrap_or_else(|p| p.into_inner()) = error;
+}
+
+/// With `--leader-elect`: the Lease is refused to us (`Some(line)`, a 401
+/// or 403), or no longer (`None`). A replica that can never lead is not
+/// ready: it could not take over.
+pub fn lease_refused(line: Option<String>) {
+    *STATE.lease_refused.lock().unwrap_or_else(|p| p.into_inner()) = line;
 }
 
 pub fn shutting_down() {
@@ -87,6 +99,9 @@ impl Drop for WatchRunning {
 /// `Ok(reason)` when ready, `Err(reason)` when not.
 pub fn readiness() -> Result<String, String> {
     let last = STATE.last_watch_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Some(line) = STATE.lease_refused.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+        return Err(format!("the lease is refused to this replica: {line}"));
+    }
     if STATE.synced.load(Ordering::SeqCst) {
         // Still ready: the cache is served, and the watch retries by itself.
         return Ok(match last {

@@ -361,6 +361,14 @@ impl<T: Eq + Hash + Clone + Send + 'static> Queue<T> {
         state.dirty.is_empty() && state.processing.is_empty() && state.waiting.is_empty()
     }
 
+    /// Every key that is not synced yet: queued, added again while a
+    /// worker held it, held by one, or waiting out a retry's backoff (the
+    /// keys that make [`Queue::is_idle`] false), read under one lock.
+    pub fn pending(&self) -> std::collections::HashSet<T> {
+        let state = self.lock();
+        state.dirty.keys().chain(state.processing.keys()).chain(state.waiting.keys()).cloned().collect()
+    }
+
     /// The keys workers hold right now, and for how long: for the liveness
     /// probe (a stuck worker) and the unfinished-work metrics. The lock is
     /// held only to copy at most one entry per worker (64 at most); the
