@@ -37,6 +37,7 @@ if [[ ! -x $root/bin/mdbook ]]; then
 	# trust; cargo builds inside it too, never in an inherited
 	# CARGO_TARGET_DIR. An install without its binary (none of this script's
 	# making) is set aside first.
+	cargo_home_config || exit 1
 	tmp=$(mktemp -d -- "$versions/.install.XXXXXX")
 	trap 'rm -rf --one-file-system -- "$tmp"' EXIT
 	cargo install mdbook --version "$version" --locked --root "$tmp" --target-dir "$tmp/target" --quiet

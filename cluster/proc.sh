@@ -248,6 +248,16 @@ claim_dir() {
 # repository's owner may be able to change it.
 target_hint="set CARGO_TARGET_DIR to a directory only you (or the repository's owner) can change, or unset it"
 
+# cargo_home_config: checks cargo's own configuration in CARGO_HOME, which
+# every cargo command reads (`cargo install` too, outside any workspace).
+cargo_home_config() {
+	local f
+	for f in "${CARGO_HOME:-$HOME/.cargo}"/config{,.toml}; do
+		[[ -e $f || -L $f ]] || continue
+		TRUSTED_HINT="set CARGO_HOME to a directory of your own" checked "$f" >/dev/null || return 1
+	done
+}
+
 # cargo_target: checks the directories cargo will build in before anything
 # is built there (one that does not exist yet by the deepest directory above
 # it that does), and the configuration files that could name another one (or
@@ -268,10 +278,7 @@ cargo_target() {
 		[[ $d == / ]] && break
 		d=$(dirname -- "$d")
 	done
-	for f in "${CARGO_HOME:-$HOME/.cargo}"/config{,.toml}; do
-		[[ -e $f || -L $f ]] || continue
-		TRUSTED_HINT="set CARGO_HOME to a directory of your own" checked "$f" >/dev/null || return 1
-	done
+	cargo_home_config || return 1
 	meta=$(cd "$repo" && cargo metadata --no-deps --format-version 1 --locked 2>&1) || { log "error: cargo cannot read the workspace: ${meta%%$'\n'*}"; return 1; }
 	target=$(grep -o '"target_directory":"[^"]*"' <<<"$meta" | cut -d'"' -f4) || true
 	build=$(grep -o '"build_directory":"[^"]*"' <<<"$meta" | cut -d'"' -f4) || true

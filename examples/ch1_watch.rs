@@ -35,8 +35,9 @@
 //!   the event does not say which one, and carries no old object.
 //! - `Delete`: a pod is gone, with its final state.
 //!
-//! Each line prints the pod's resourceVersion: the server's clock for that
-//! object, and what a watch resumes from.
+//! Each line prints the pod's resourceVersion: a number the server gives each
+//! change, shared by all objects, so one pod's numbers can skip. A later
+//! change has a larger one, and a watch resumes from it.
 
 use std::process::ExitCode;
 

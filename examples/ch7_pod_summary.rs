@@ -100,8 +100,9 @@ fn key_of(summary: &PodSummary) -> Key {
 }
 
 // ANCHOR: queue
-/// Chapter 3's de-duplicating queue, plus what a writer needs: a retry of a
-/// key after a backoff that grows with each failure of that key.
+/// Chapter 3's de-duplicating queue without its shutdown (this program exits
+/// at once on Ctrl-C), plus what a writer needs: a retry of a key after a
+/// backoff that grows with each failure of that key.
 #[derive(Default)]
 struct Queue {
     state: Mutex<QueueState>,
@@ -139,13 +140,16 @@ impl Queue {
         }
     }
 
-    /// Waits for a key and marks it as being processed.
+    /// Waits for a key and marks it as being processed. As in chapter 3, the
+    /// wake-up is registered before the look, so none is lost between them.
     async fn get(&self) -> Key {
         loop {
+            let mut woken = std::pin::pin!(self.ready.notified());
+            woken.as_mut().enable();
             if let Some(key) = lock(&self.state).take() {
                 return key;
             }
-            self.ready.notified().await;
+            woken.await;
         }
     }
 
@@ -225,8 +229,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // that ran with an empty pod cache would write `matched=0` for every
     // summary: a classic bug of controllers.
     println!("waiting for both caches to sync");
-    ctl.pods.wait_until_ready().await?;
-    ctl.summaries.wait_until_ready().await?;
+    tokio::try_join!(ctl.pods.wait_until_ready(), ctl.summaries.wait_until_ready())?;
     println!("caches synced (pods: {}, podsummaries: {})", ctl.pods.len(), ctl.summaries.len());
     // Two workers, so that the queue's rule "one key, one worker at a time" matters.
     try_join_all((0..2).map(|_| tokio::spawn(ctl.clone().run_worker()))).await?;

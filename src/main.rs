@@ -4,7 +4,7 @@
 //! hands over to the controller. The modules it uses live in the library
 //! (src/lib.rs), which lists the path of one pod change module by module.
 //!
-//! Exit codes (the README lists the same):
+//! Exit codes (book/src/appendix/operations.md lists the same):
 //! - 0: a clean shutdown: every key that was queued or waiting for a retry
 //!   when the signal came was synced (or the signal came before the first
 //!   list, when nothing was queued yet);
