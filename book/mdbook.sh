@@ -31,13 +31,13 @@ versions=$(cache_dir mdbook) || exit 1
 root=$versions/$version
 
 if [[ ! -x $root/bin/mdbook ]]; then
+	cargo_home_config || exit 1
 	echo "installing mdbook $version into $root (once, minutes: see book/src/appendix/setup.md)" >&2
 	# Into a temporary root (0700, ours), renamed at the end, so an
 	# interrupted install never leaves a binary that a later run would
 	# trust; cargo builds inside it too, never in an inherited
 	# CARGO_TARGET_DIR. An install without its binary (none of this script's
 	# making) is set aside first.
-	cargo_home_config || exit 1
 	tmp=$(mktemp -d -- "$versions/.install.XXXXXX")
 	trap 'rm -rf --one-file-system -- "$tmp"' EXIT
 	cargo install mdbook --version "$version" --locked --root "$tmp" --target-dir "$tmp/target" --quiet

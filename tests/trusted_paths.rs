@@ -297,3 +297,34 @@ fn a_cached_tool_runs_by_the_path_it_checked() {
     let _ = std::fs::remove_dir_all(base);
     let _ = std::fs::remove_dir_all(go_dir);
 }
+
+#[test]
+fn installing_the_books_tool_refuses_a_cargo_home_config_others_can_change() {
+    let (marker_dir, marker) = marker();
+    for d in untrusted("cargo-home") {
+        // A config that would have cargo run a planted program as rustc.
+        d.plant(&["wrapper"], &marker);
+        d.sh(&format!(
+            "printf '[build]\\nrustc-wrapper = \"{}/wrapper\"\\n' >'{}/config.toml'",
+            d.dir.display(),
+            d.dir.display()
+        ));
+        let before = d.listing();
+        let cache = common::fresh_dir_in(Path::new(env!("CARGO_TARGET_TMPDIR")), "empty-tool-cache");
+        let path = d.dir.to_str().unwrap();
+        let out = make(&["book"], &[("CARGO_HOME", path), ("DEMO_CONTROLLER_CACHE", cache.to_str().unwrap())]);
+        let err = lines(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err:?}");
+        assert_eq!(err.len(), 2, "one line, then make's: {err:?}");
+        assert!(
+            err[0].starts_with(&format!("mdbook.sh: error: refusing to use {path}/config.toml: {path} {}, ", d.why))
+                && err[0].ends_with("set CARGO_HOME to a directory of your own"),
+            "{err:?}"
+        );
+        assert!(make_line(&err[1], "book", 1), "{err:?}");
+        assert_eq!(d.listing(), before, "something was made in {path}");
+        let _ = std::fs::remove_dir_all(cache);
+    }
+    assert!(!marker.exists(), "a planted program ran: {}", std::fs::read_to_string(&marker).unwrap_or_default());
+    let _ = std::fs::remove_dir_all(marker_dir);
+}
