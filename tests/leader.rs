@@ -261,12 +261,10 @@ async fn a_crash_loses_nothing_and_marks_what_it_repeats() {
     assert_eq!(lost, 0, "lost:\n{}\n{}", a.dump(), b.dump());
 }
 
-#[ignore = "needs the local control plane: run `make test`"]
-#[tokio::test(flavor = "multi_thread")]
-async fn a_lease_held_by_another_identity_is_respected() {
-    let c = cluster().await;
-    let ns = namespace(&c.client, "held").await;
-    let leases = Api::<Lease>::namespaced(c.client.clone(), &ns);
+/// The Lease `demo-controller` in `ns`, held for an hour by an identity that
+/// is no demo-controller (so it writes no mark).
+async fn held_by_someone_else(client: &kube::Client, ns: &str) -> Api<Lease> {
+    let leases = Api::<Lease>::namespaced(client.clone(), ns);
     let lease = Lease {
         metadata: ObjectMeta { name: Some("demo-controller".into()), ..Default::default() },
         spec: Some(LeaseSpec {
@@ -276,6 +274,15 @@ async fn a_lease_held_by_another_identity_is_respected() {
         }),
     };
     leases.create(&PostParams::default(), &lease).await.expect("create lease");
+    leases
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_held_by_another_identity_is_respected() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "held").await;
+    let leases = held_by_someone_else(&c.client, &ns).await;
     create(&c.client, &ns, "before", &[]).await;
     let (probes, metrics) = (free_port(), free_port());
     let (probe_addr, metrics_addr) = (format!("127.0.0.1:{probes}"), format!("127.0.0.1:{metrics}"));
@@ -794,16 +801,7 @@ async fn a_kept_line_dropped_at_the_bound_is_said_and_counted() {
     // each line pushes out the one before.
     let c = cluster().await;
     let ns = namespace(&c.client, "kept-bound").await;
-    let leases = Api::<Lease>::namespaced(c.client.clone(), &ns);
-    let lease = Lease {
-        metadata: ObjectMeta { name: Some("demo-controller".into()), ..Default::default() },
-        spec: Some(LeaseSpec {
-            holder_identity: Some("someone-else".into()),
-            lease_duration_seconds: Some(3600),
-            ..Default::default()
-        }),
-    };
-    leases.create(&PostParams::default(), &lease).await.expect("create lease");
+    let leases = held_by_someone_else(&c.client, &ns).await;
     let metrics = free_port();
     let metrics_addr = format!("127.0.0.1:{metrics}");
     let bound = [("DEMO_CONTROLLER_FAULTS", "kept-bytes=1")];
