@@ -674,14 +674,16 @@ impl Gate {
     /// deadline are returned, to log now (nobody else led meanwhile).
     fn renewed(&self, until: Instant) -> Vec<Resumed> {
         let mut state = self.lock();
-        let Role::Leading { mark, until: old, .. } = &mut state.role else { return Vec::new() };
+        let Role::Leading { mark, until: old, doubt } = &mut state.role else { return Vec::new() };
         *old = Some(until);
-        let mark = *mark;
+        let (mark, doubt) = (*mark, *doubt);
         if Instant::now() >= until {
             return Vec::new();
         }
+        // Marked as `admit` would have marked them in time: a change from
+        // before a take without a release may have been logged already.
         let held = state.kept.drain(mark).into_iter();
-        held.map(|line| Resumed { open: line.version.straddled_by(mark), line }).collect()
+        held.map(|line| Resumed { open: line.version.straddled_by(mark) || line.version.before(doubt), line }).collect()
     }
 
     /// We lead and hold lines back (past the renew deadline): the mark may
@@ -1736,6 +1738,24 @@ mod tests {
         assert_eq!(kept(gate.renewed(Instant::now() + Duration::from_secs(1))), vec![Some(3)]);
         assert!(!gate.holds());
         assert_eq!(gate.admit(&key("a"), &add("4"), Seen::AsItHappened, false, None), Verdict::Log);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_line_from_before_a_take_without_a_release_says_replayed_when_a_late_renew_logs_it() {
+        let gate = Gate::standby();
+        gate.lead(Some(1), Instant::now() + Duration::from_secs(2));
+        gate.doubt_below(Some(10));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        // Past the deadline: held back, one change from before the take and
+        // one after it.
+        assert_eq!(gate.admit(&key("a"), &add("5"), Seen::AsItHappened, false, None), Verdict::Silent);
+        assert_eq!(gate.admit(&key("b"), &add("12"), Seen::AsItHappened, false, None), Verdict::Silent);
+        let out: Vec<(Option<u64>, bool)> = gate
+            .renewed(Instant::now() + Duration::from_secs(1))
+            .iter()
+            .map(|r| (resource_version(&r.line.change), r.open))
+            .collect();
+        assert_eq!(out, vec![(Some(5), true), (Some(12), false)], "as admit in time: 5 replayed, 12 not");
     }
 
     #[test]
