@@ -28,9 +28,14 @@ fn repo() -> PathBuf {
 
 /// bash SCRIPT ARGS with ENV, its stderr and stdout in one stream (as a
 /// terminal shows them), run from the repository.
+/// SIGINT and SIGTERM start at their defaults, as in a terminal, whatever
+/// the test runner inherited: a shell started with a signal ignored cannot
+/// trap it, and a CI runner may start its jobs with SIGINT ignored.
 fn script(args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new("bash");
-    cmd.current_dir(repo()).args(["-c", "exec bash \"$@\" 2>&1", "bash"]).args(args);
+    let mut cmd = Command::new("env");
+    cmd.current_dir(repo())
+        .args(["--default-signal=INT,TERM", "bash", "-c", "exec bash \"$@\" 2>&1", "bash"])
+        .args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -500,9 +505,10 @@ while :; do sleep 0.1; done
     let dir = fresh_dir_in(Path::new(env!("CARGO_TARGET_TMPDIR")), "one-signal");
     for (case, to_group, want_code, want) in [("ctrl-c", true, 130, "SIGINT\n"), ("sigterm", false, 143, "SIGTERM\n")] {
         let record = dir.join(case);
-        let mut child = Command::new("bash")
+        // Signals at their defaults, as `script` starts them.
+        let mut child = Command::new("env")
             .current_dir(repo())
-            .args(["-c", demo, "bash", logger, record.to_str().unwrap()])
+            .args(["--default-signal=INT,TERM", "bash", "-c", demo, "bash", logger, record.to_str().unwrap()])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .process_group(0)
