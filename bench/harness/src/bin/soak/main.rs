@@ -489,7 +489,7 @@ async fn run(opts: &Opts, interrupted: &AtomicBool) -> i32 {
         let standby = (1..REPLICAS).map(|d| (lead + d) % REPLICAS).find(|&s| replicas.pid(s).is_some());
         let line = format!("{:>4}s: {} (leader: replica {lead})", started.elapsed().as_secs(), fault.name());
         say(&line);
-        fault_log.push(format!("{} {line}", oracle::stamp(now_micros())));
+        fault_log.push((now_micros(), fault.name(), line));
         match fault {
             Fault::LeaderKill => replicas.signal(lead, "KILL"),
             Fault::LeaderTerm => replicas.signal(lead, "TERM"),
@@ -550,10 +550,11 @@ async fn run(opts: &Opts, interrupted: &AtomicBool) -> i32 {
 
     let lives = read_lives(&replicas);
     let verdict = oracle::judge(&lives, &writes, &finals);
-    let report = report(opts, &writes, &faults, &lives, &verdict, started.elapsed());
+    let report = report(opts, &writes, &faults, &fault_log, &lives, &verdict, started.elapsed());
     print!("{report}");
     save(&opts.out.join("report.txt"), report.as_bytes());
-    save(&opts.out.join("faults.txt"), (fault_log.join("\n") + "\n").as_bytes());
+    let faults_txt: String = fault_log.iter().map(|(at, _, line)| format!("{} {line}\n", oracle::stamp(*at))).collect();
+    save(&opts.out.join("faults.txt"), faults_txt.as_bytes());
     let writes_tsv: String =
         writes.iter().map(|w| format!("{}\t{:?}\t{}\n", oracle::stamp(w.acked), w.kind, w.uid)).collect();
     save(&opts.out.join("writes.tsv"), writes_tsv.as_bytes());
@@ -643,6 +644,7 @@ fn report(
     opts: &Opts,
     writes: &[Write],
     faults: &std::collections::BTreeMap<&str, usize>,
+    fault_log: &[(Micros, &str, String)],
     lives: &[Life],
     v: &oracle::Verdict,
     took: Duration,
@@ -698,8 +700,15 @@ fn report(
         oracle::percentile(&v.lags_ms, 99.0)
     );
     let _ = writeln!(r, "violations: {}", v.violations.len());
-    for line in &v.violations {
-        let _ = writeln!(r, "  {line}");
+    for violation in &v.violations {
+        // The fault before it, if any: where to start reading the logs.
+        let after = violation.at.and_then(|at| fault_log.iter().rev().find(|(t, _, _)| *t <= at).map(|f| (at, f)));
+        let after = after
+            .map(|(at, (t, name, _))| {
+                format!(" [{:.2} s after {name} at {}]", (at - t) as f64 / 1e6, oracle::stamp(*t))
+            })
+            .unwrap_or_default();
+        let _ = writeln!(r, "  {}{after}", violation.text);
     }
     r
 }

@@ -113,9 +113,22 @@ pub struct FinalPod {
     pub gen_label: String,
 }
 
+/// A broken promise, with when it happened if the lines tell (to find the fault before it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Violation {
+    pub at: Option<Micros>,
+    pub text: String,
+}
+
+impl Violation {
+    fn new(at: Option<Micros>, text: String) -> Violation {
+        Violation { at, text }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Verdict {
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
     pub event_lines: usize,
     pub replayed_lines: usize,
     /// Terms of leading (`became leader` lines); leader changes are one fewer.
@@ -157,7 +170,7 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
         let mut leading: Option<Term> = None;
         for line in &life.lines {
             if line.message.contains("panicked at") {
-                v.violations.push(format!("panic in {who}: {}", line.message));
+                v.violations.push(Violation::new(line.at, format!("panic in {who}: {}", line.message)));
             }
             if line.message == "became leader" {
                 terms.extend(leading.take());
@@ -170,11 +183,14 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
                 let at = line.at.unwrap_or_default();
                 match leading.as_mut() {
                     Some(t) => t.last_event = at,
-                    None => v.violations.push(format!(
-                        "standby not silent: {who} logged '{}' (uid {}) at {} while not leading",
-                        line.message,
-                        line.uid.as_deref().unwrap_or("?"),
-                        stamp(at)
+                    None => v.violations.push(Violation::new(
+                        Some(at),
+                        format!(
+                            "standby not silent: {who} logged '{}' (uid {}) at {} while not leading",
+                            line.message,
+                            line.uid.as_deref().unwrap_or("?"),
+                            stamp(at)
+                        ),
                     )),
                 }
                 v.event_lines += 1;
@@ -191,12 +207,15 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
     for (i, a) in terms.iter().enumerate() {
         for b in &terms[i + 1..] {
             if b.start <= a.last_event {
-                v.violations.push(format!(
-                    "two leaders: {} logged until {}, but {} became leader at {}",
-                    a.who,
-                    stamp(a.last_event),
-                    b.who,
-                    stamp(b.start)
+                v.violations.push(Violation::new(
+                    Some(b.start),
+                    format!(
+                        "two leaders: {} logged until {}, but {} became leader at {}",
+                        a.who,
+                        stamp(a.last_event),
+                        b.who,
+                        stamp(b.start)
+                    ),
                 ));
             }
         }
@@ -217,12 +236,15 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
         let (Some(uid), Some(kind)) = (e.line.uid.as_deref(), e.line.event()) else { continue };
         let key = (uid, kind, e.line.changes.as_deref().unwrap_or(""));
         if !seen.insert(key) && !e.line.replayed {
-            v.violations.push(format!(
-                "unmarked duplicate: {} logged '{}' (uid {uid}{}) again at {} without replayed=true",
-                e.who,
-                e.line.message,
-                e.line.changes.as_deref().map(|c| format!(", changes \"{c}\"")).unwrap_or_default(),
-                stamp(e.at)
+            v.violations.push(Violation::new(
+                Some(e.at),
+                format!(
+                    "unmarked duplicate: {} logged '{}' (uid {uid}{}) again at {} without replayed=true",
+                    e.who,
+                    e.line.message,
+                    e.line.changes.as_deref().map(|c| format!(", changes \"{c}\"")).unwrap_or_default(),
+                    stamp(e.at)
+                ),
             ));
         }
     }
@@ -230,8 +252,10 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
     // Nothing lost: every pod created has an onAdd, every pod gone an onDelete.
     let live: HashMap<&str, &FinalPod> = finals.iter().map(|p| (p.uid.as_str(), p)).collect();
     let mut created: BTreeMap<&str, &str> = BTreeMap::new(); // uid -> why it is expected
+    let mut created_at: HashMap<&str, Micros> = HashMap::new();
     for w in writes.iter().filter(|w| w.kind == WriteKind::Create) {
         created.insert(&w.uid, "created");
+        created_at.insert(&w.uid, w.acked);
     }
     for p in finals {
         created.entry(&p.uid).or_insert("in the final list");
@@ -239,10 +263,16 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
     let has = |uid: &str, kind: &str| by_uid.get(uid).is_some_and(|es| es.iter().any(|e| e.line.event() == Some(kind)));
     for (&uid, why) in &created {
         if !has(uid, "onAdd") {
-            v.violations.push(format!("lost: no onAdd for pod uid {uid} ({why})"));
+            v.violations.push(Violation::new(
+                created_at.get(uid).copied(),
+                format!("lost: no onAdd for pod uid {uid} ({why})"),
+            ));
         }
         if !live.contains_key(uid) && !has(uid, "onDelete") {
-            v.violations.push(format!("lost: no onDelete for pod uid {uid} (created, gone from the final list)"));
+            v.violations.push(Violation::new(
+                None,
+                format!("lost: no onDelete for pod uid {uid} (created, gone from the final list)"),
+            ));
         }
     }
 
@@ -252,23 +282,29 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
         let Some(last) = lines.last() else { continue };
         let l = last.line;
         if l.event() == Some("onDelete") {
-            v.violations.push(format!(
-                "final state: pod {} (uid {}) exists, but its last line is '{}' ({} at {})",
-                p.name,
-                p.uid,
-                l.message,
-                last.who,
-                stamp(last.at)
+            v.violations.push(Violation::new(
+                None,
+                format!(
+                    "final state: pod {} (uid {}) exists, but its last line is '{}' ({} at {})",
+                    p.name,
+                    p.uid,
+                    l.message,
+                    last.who,
+                    stamp(last.at)
+                ),
             ));
         } else if l.phase.as_deref() != Some(p.phase.as_str()) {
-            v.violations.push(format!(
-                "final state: pod {} (uid {}) is {}, but its last line says phase {} ({} at {})",
-                p.name,
-                p.uid,
-                p.phase,
-                l.phase.as_deref().unwrap_or("(none)"),
-                last.who,
-                stamp(last.at)
+            v.violations.push(Violation::new(
+                None,
+                format!(
+                    "final state: pod {} (uid {}) is {}, but its last line says phase {} ({} at {})",
+                    p.name,
+                    p.uid,
+                    p.phase,
+                    l.phase.as_deref().unwrap_or("(none)"),
+                    last.who,
+                    stamp(last.at)
+                ),
             ));
         }
         // The label as the lines carry it: an onUpdate's changes name it; an
@@ -282,9 +318,12 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
             }
         }
         if let Some(g) = shown.filter(|g| *g != p.gen_label) {
-            v.violations.push(format!(
-                "final state: pod {} (uid {}) has gen={}, but its last label change says gen={g}",
-                p.name, p.uid, p.gen_label
+            v.violations.push(Violation::new(
+                None,
+                format!(
+                    "final state: pod {} (uid {}) has gen={}, but its last label change says gen={g}",
+                    p.name, p.uid, p.gen_label
+                ),
             ));
         }
     }
@@ -325,7 +364,7 @@ fn gen_set(changes: &str) -> Option<String> {
 }
 
 /// Every exit says why (operations.md's exit codes).
-fn check_exit(life: &Life, violations: &mut Vec<String>) {
+fn check_exit(life: &Life, violations: &mut Vec<Violation>) {
     let said = |prefix: &str| life.lines.iter().any(|l| l.message.starts_with(prefix));
     let ok = match life.exit {
         Exit::KilledBySoak => true,
@@ -340,10 +379,9 @@ fn check_exit(life: &Life, violations: &mut Vec<String>) {
     };
     if !ok {
         let tail: Vec<&str> = life.lines.iter().rev().take(3).rev().map(|l| l.message.as_str()).collect();
-        violations.push(format!(
-            "{} exited ({:?}) without its reason line; its last lines: {tail:?}",
-            life.name(),
-            life.exit
+        violations.push(Violation::new(
+            life.lines.last().and_then(|l| l.at),
+            format!("{} exited ({:?}) without its reason line; its last lines: {tail:?}", life.name(), life.exit),
         ));
     }
 }
@@ -421,14 +459,14 @@ mod tests {
     }
 
     fn violations(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Vec<String> {
-        judge(lives, writes, finals).violations
+        judge(lives, writes, finals).violations.into_iter().map(|v| v.text).collect()
     }
 
     #[test]
     fn a_clean_run_passes_with_its_figures() {
         let (lives, writes, finals) = clean();
         let v = judge(&lives, &writes, &finals);
-        assert_eq!(v.violations, Vec::<String>::new());
+        assert_eq!(v.violations, []);
         assert_eq!((v.event_lines, v.replayed_lines, v.terms), (5, 0, 1));
         assert_eq!(v.lags_ms, vec![10.0, 20.0, 30.0, 40.0, 50.0]);
         assert_eq!(percentile(&v.lags_ms, 50.0), 30.0);
@@ -482,7 +520,7 @@ mod tests {
         }
         lives[2].lines = second;
         let v = judge(&lives, &writes, &finals);
-        assert_eq!(v.violations, Vec::<String>::new());
+        assert_eq!(v.violations, []);
         assert_eq!((v.replayed_lines, v.leader_changes()), (2, 1));
     }
 
