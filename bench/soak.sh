@@ -7,7 +7,7 @@
 # its figures and exits 1 when the oracle found a violation, listing each.
 # Logs, writes, the final list and the report go to target/soak/.
 #
-# Usage: DURATION=10m bench/soak.sh [--gap 6s] [--out target/soak]
+# Usage: DURATION=10m bench/soak.sh [--faults leader-kill,lease-delete,...] [--gap 6s] [--out target/soak]
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -81,6 +81,11 @@ struct Opts {
     #[arg(long, default_value = "6s", value_parser = humantime::parse_duration)]
     gap: Duration,
 
+    /// Only these faults, in this order, comma-separated [default: leader-kill,
+    /// standby-pause, apiserver-term, lease-delete, leader-term, leader-pause, apiserver-kill]
+    #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
+    faults: Vec<Fault>,
+
     /// Where the logs, the writes, the final list and the report go
     #[arg(long, default_value = "target/soak")]
     out: PathBuf,
@@ -131,6 +136,13 @@ impl Fault {
             Fault::ApiserverKill => "apiserver-kill",
         }
     }
+}
+
+fn parse_fault(name: &str) -> Result<Fault, String> {
+    FAULTS.into_iter().find(|f| f.name() == name).ok_or_else(|| {
+        let names: Vec<&str> = FAULTS.iter().map(|f| f.name()).collect();
+        format!("no fault '{name}': one of {}", names.join(", "))
+    })
 }
 
 fn now_micros() -> Micros {
@@ -483,7 +495,8 @@ async fn run(opts: &Opts, interrupted: &AtomicBool) -> i32 {
         if started.elapsed() >= opts.duration || interrupted.load(Ordering::SeqCst) {
             break;
         }
-        let fault = FAULTS[next % FAULTS.len()];
+        let schedule = if opts.faults.is_empty() { &FAULTS[..] } else { &opts.faults[..] };
+        let fault = schedule[next % schedule.len()];
         next += 1;
         let Some(lead) = leader(&leases).await else { continue };
         let standby = (1..REPLICAS).map(|d| (lead + d) % REPLICAS).find(|&s| replicas.pid(s).is_some());

@@ -552,6 +552,8 @@ mod tests {
         let v = violations(&lives, &writes, &finals);
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].starts_with("two leaders: replica 0 life 0 logged until 1970-01-01T00:00:06"), "{v:?}");
+        // When: the second term's start, for the report to name the fault before it.
+        assert_eq!(judge(&lives, &writes, &finals).violations[0].at, Some(5 * S + 1));
         // Taking over after the last line of the first is no overlap, even before its stop line.
         lives[1].lines[1].at = Some(6 * S + 1);
         assert_eq!(violations(&lives, &writes, &finals), Vec::<String>::new());
