@@ -324,6 +324,9 @@ impl ControlPlane {
             std::thread::sleep(Duration::from_millis(50));
         }
         if alive() {
+            if signal != "KILL" {
+                eprintln!("kube-apiserver still runs {grace:?} after SIG{signal}: killing it");
+            }
             crate::process::send_signal(pid, "KILL");
         }
         let deadline = Instant::now() + Duration::from_secs(30);

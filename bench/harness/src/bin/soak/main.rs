@@ -706,6 +706,12 @@ fn report(
     );
     let _ = writeln!(
         r,
+        "repeats (lines logged before, each must say replayed=true): {}, per leader change: {:.1}",
+        v.repeats,
+        v.repeats as f64 / v.leader_changes().max(1) as f64
+    );
+    let _ = writeln!(
+        r,
         "lag, write acknowledged to its first line ({} of {} writes shown by a line of their own): p50 {:.0} ms, p99 {:.0} ms",
         v.lags_ms.len(),
         writes.len(),

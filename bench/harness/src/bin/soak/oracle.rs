@@ -131,6 +131,10 @@ pub struct Verdict {
     pub violations: Vec<Violation>,
     pub event_lines: usize,
     pub replayed_lines: usize,
+    /// Event lines that repeat an earlier one (same pod, kind and changes):
+    /// what a replay really repeated, where `replayed_lines` also counts the
+    /// lines of changes nobody had logged that a successor could not tell apart.
+    pub repeats: usize,
     /// Terms of leading (`became leader` lines); leader changes are one fewer.
     pub terms: usize,
     /// Lag from a write's acknowledgement to its first line, in ms, sorted.
@@ -235,7 +239,9 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
     for e in &events {
         let (Some(uid), Some(kind)) = (e.line.uid.as_deref(), e.line.event()) else { continue };
         let key = (uid, kind, e.line.changes.as_deref().unwrap_or(""));
-        if !seen.insert(key) && !e.line.replayed {
+        let repeat = !seen.insert(key);
+        v.repeats += usize::from(repeat);
+        if repeat && !e.line.replayed {
             v.violations.push(Violation::new(
                 Some(e.at),
                 format!(
@@ -467,7 +473,7 @@ mod tests {
         let (lives, writes, finals) = clean();
         let v = judge(&lives, &writes, &finals);
         assert_eq!(v.violations, []);
-        assert_eq!((v.event_lines, v.replayed_lines, v.terms), (5, 0, 1));
+        assert_eq!((v.event_lines, v.replayed_lines, v.repeats, v.terms), (5, 0, 0, 1));
         assert_eq!(v.lags_ms, vec![10.0, 20.0, 30.0, 40.0, 50.0]);
         assert_eq!(percentile(&v.lags_ms, 50.0), 30.0);
     }
@@ -521,7 +527,7 @@ mod tests {
         lives[2].lines = second;
         let v = judge(&lives, &writes, &finals);
         assert_eq!(v.violations, []);
-        assert_eq!((v.replayed_lines, v.leader_changes()), (2, 1));
+        assert_eq!((v.replayed_lines, v.repeats, v.leader_changes()), (2, 2, 1));
     }
 
     #[test]
