@@ -19,8 +19,9 @@
 //! - leader-pause: the leader gets SIGSTOP for longer than the lease, then SIGCONT (it
 //!   cannot renew, as if its link were cut; it must stop logging at its renew deadline);
 //! - lease-delete: the Lease is deleted by hand;
-//! - apiserver-term, apiserver-kill: kube-apiserver is stopped with SIGTERM (SIGKILL after
-//!   10 s), or SIGKILL and etcd compacted, and started again.
+//! - apiserver-term, apiserver-kill: kube-apiserver is stopped with SIGTERM, or SIGKILL and
+//!   etcd compacted, and started again. After SIGTERM it stops listening at once, but its
+//!   graceful stop waits for the open watches: SIGKILL ends it after 10 s (it says so).
 //!
 //! A replica that exits is started again, so three run. Every life of a
 //! replica writes its stdout and stderr to one file, OUT/replica-S.life-L.log;
@@ -511,7 +512,8 @@ async fn run(opts: &Opts, interrupted: &AtomicBool) -> i32 {
                 let Some(slot) = slot else { continue };
                 let Some(pid) = replicas.pid(slot) else { continue };
                 process::send_signal(pid, "STOP");
-                tokio::time::sleep(PAUSE).await;
+                // The others that exit meanwhile are started again; a Ctrl-C cuts the pause short.
+                wait(&mut replicas, PAUSE, interrupted).await;
                 process::send_signal(pid, "CONT");
             }
             Fault::LeaseDelete => {
