@@ -18,6 +18,9 @@
 //! - standby-pause: a standby gets SIGSTOP for longer than the lease, then SIGCONT;
 //! - leader-pause: the leader gets SIGSTOP for longer than the lease, then SIGCONT (it
 //!   cannot renew, as if its link were cut; it must stop logging at its renew deadline);
+//! - leader-link-cut: the leader's link to the API server is black-holed for longer than the
+//!   lease, then restored (each replica talks to the server through a local proxy of its
+//!   own, link.rs: no firewall rule);
 //! - lease-delete: the Lease is deleted by hand;
 //! - apiserver-term, apiserver-kill: kube-apiserver is stopped with SIGTERM, or SIGKILL and
 //!   etcd compacted, and started again. After SIGTERM it stops listening at once, but its
@@ -31,6 +34,7 @@
 #[allow(dead_code)]
 #[path = "../../cluster.rs"]
 mod cluster;
+mod link;
 mod oracle;
 #[allow(dead_code)]
 #[path = "../../process.rs"]
@@ -62,7 +66,7 @@ const LEASE: &str = "demo-controller";
 const LEASE_DURATION: Duration = Duration::from_secs(3);
 const RENEW_DEADLINE: &str = "2s";
 const RETRY_PERIOD: &str = "500ms";
-/// A paused process stays paused this long: longer than the lease.
+/// A paused process stays paused, and a cut link cut, this long: longer than the lease.
 const PAUSE: Duration = Duration::from_secs(5);
 /// The writer's pace: at most one write per tick (about 30 a second).
 const WRITE_TICK: Duration = Duration::from_millis(33);
@@ -83,7 +87,8 @@ struct Opts {
     gap: Duration,
 
     /// Only these faults, in this order, comma-separated [default: leader-kill,
-    /// standby-pause, apiserver-term, lease-delete, leader-term, leader-pause, apiserver-kill]
+    /// standby-pause, apiserver-term, lease-delete, leader-term, leader-pause,
+    /// leader-link-cut, apiserver-kill]
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     faults: Vec<Fault>,
 
@@ -110,18 +115,20 @@ enum Fault {
     LeaderTerm,
     StandbyPause,
     LeaderPause,
+    LeaderLinkCut,
     LeaseDelete,
     ApiserverTerm,
     ApiserverKill,
 }
 
-const FAULTS: [Fault; 7] = [
+const FAULTS: [Fault; 8] = [
     Fault::LeaderKill,
     Fault::StandbyPause,
     Fault::ApiserverTerm,
     Fault::LeaseDelete,
     Fault::LeaderTerm,
     Fault::LeaderPause,
+    Fault::LeaderLinkCut,
     Fault::ApiserverKill,
 ];
 
@@ -132,6 +139,7 @@ impl Fault {
             Fault::LeaderTerm => "leader-term",
             Fault::StandbyPause => "standby-pause",
             Fault::LeaderPause => "leader-pause",
+            Fault::LeaderLinkCut => "leader-link-cut",
             Fault::LeaseDelete => "lease-delete",
             Fault::ApiserverTerm => "apiserver-term",
             Fault::ApiserverKill => "apiserver-kill",
@@ -166,7 +174,9 @@ struct Running {
 /// The three replicas, their lives, and how each ended.
 struct Replicas {
     bin: PathBuf,
-    kubeconfig: PathBuf,
+    /// Each slot's kubeconfig, which points at its link.
+    kubeconfigs: Vec<PathBuf>,
+    links: Vec<link::Link>,
     namespace: String,
     out: PathBuf,
     running: Vec<Option<Running>>,
@@ -193,7 +203,7 @@ impl Replicas {
         let child = Command::new(&self.bin)
             .args(["--namespace", &self.namespace, "--log-format", "json", "--resync", "30s"])
             .args(["--probe-addr", "0", "--metrics-addr", "0", "--kubeconfig"])
-            .arg(&self.kubeconfig)
+            .arg(&self.kubeconfigs[slot])
             .args(["--leader-elect", "--leader-elect-resource-namespace", &self.namespace])
             .args(["--leader-elect-lease-duration", &format!("{}s", LEASE_DURATION.as_secs())])
             .args(["--leader-elect-renew-deadline", RENEW_DEADLINE, "--leader-elect-retry-period", RETRY_PERIOD])
@@ -465,9 +475,25 @@ async fn run(opts: &Opts, interrupted: &AtomicBool) -> i32 {
         opts.out.display()
     ));
 
+    // Each replica reaches the API server through a link of its own, which a fault can cut.
+    let admin = std::fs::read_to_string(&opts.kubeconfig)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", opts.kubeconfig.display()));
+    let (mut kubeconfigs, mut links) = (Vec::new(), Vec::new());
+    for slot in 0..REPLICAS {
+        let upstream = link::redirect(&admin, "127.0.0.1:1".parse().expect("an address"))
+            .unwrap_or_else(|| panic!("no https://127.0.0.1:PORT server in {}", opts.kubeconfig.display()))
+            .1;
+        let link = link::Link::open(upstream).expect("a local port for a replica's link");
+        let (text, _) = link::redirect(&admin, link.addr).expect("the same kubeconfig");
+        let path = opts.out.join(format!("kubeconfig-{slot}"));
+        save(&path, text.as_bytes());
+        kubeconfigs.push(path);
+        links.push(link);
+    }
     let mut replicas = Replicas {
         bin: opts.demo_controller.clone(),
-        kubeconfig: opts.kubeconfig.clone(),
+        kubeconfigs,
+        links,
         namespace: namespace.clone(),
         out: opts.out.clone(),
         running: (0..REPLICAS).map(|_| None).collect(),
@@ -515,6 +541,11 @@ async fn run(opts: &Opts, interrupted: &AtomicBool) -> i32 {
                 // The others that exit meanwhile are started again; a Ctrl-C cuts the pause short.
                 wait(&mut replicas, PAUSE, interrupted).await;
                 process::send_signal(pid, "CONT");
+            }
+            Fault::LeaderLinkCut => {
+                replicas.links[lead].set_cut(true);
+                wait(&mut replicas, PAUSE, interrupted).await;
+                replicas.links[lead].set_cut(false);
             }
             Fault::LeaseDelete => {
                 if let Err(e) = leases.delete(LEASE, &DeleteParams::default()).await {
