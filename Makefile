@@ -5,6 +5,7 @@ KUBECTL ?= kubectl
 ARGS ?=
 N ?=
 NODE ?=
+DURATION ?= 10m
 # Which cluster a target acts on is said on make's command line only, never
 # taken from the environment: some CI systems export CONTEXT=production, and a
 # CLUSTER_DIR or NODE_DIR exported for something else would pick a cluster
@@ -14,7 +15,7 @@ override CONTEXT := $(call from_command_line,CONTEXT,)
 override CLUSTER_DIR := $(call from_command_line,CLUSTER_DIR,target/local-cluster)
 override NODE_DIR := $(call from_command_line,NODE_DIR,target/local-node)
 
-.PHONY: build run demo chapter test lint book book-serve book-check image push deploy undeploy cluster-up cluster-down bench node-up node-down node-test
+.PHONY: build run demo chapter test lint book book-serve book-check image push deploy undeploy cluster-up cluster-down bench soak node-up node-down node-test
 
 build: ## Build the release binary
 	bash cluster/cargo.sh build --release --locked
@@ -66,6 +67,9 @@ cluster-down: ## Stop the local control plane and remove its state
 
 bench: ## Benchmark against client-go, kube-rs and the floors, and two replicas with --leader-elect (prints its estimated run time; ARGS=--with-100k; writes bench/results.{md,json,svg})
 	bash bench/run.sh $(ARGS)
+
+soak: ## Chaos soak: three replicas with --leader-elect on a local control plane of its own, a writer, leader kills, pauses, lease deletes and API server restarts for DURATION (default 10m); an oracle checks the logs, prints the figures and exits non-zero on a violation (bench/soak.sh; ARGS=--faults=leader-kill,apiserver-kill picks faults; logs in target/soak)
+	DURATION=$(DURATION) bash bench/soak.sh $(ARGS)
 
 node-up: ## As root: start a real one-node cluster (containerd + kubelet; prints export KUBECONFIG=...)
 	bash cluster/node/up.sh --dir $(NODE_DIR)

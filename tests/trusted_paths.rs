@@ -160,6 +160,7 @@ fn every_make_target_that_runs_cargo_refuses_a_target_dir_others_can_change() {
             (&["lint"], "lint", "cargo.sh"),
             (&["test"], "lint", "cargo.sh"), // lint runs first
             (&["bench"], "bench", "run.sh"),
+            (&["soak"], "soak", "soak.sh"),
             (&["demo"], "demo", "demo.sh"),
             (&["chapter", "N=1"], "chapter", "chapter.sh"),
         ] {

@@ -309,13 +309,38 @@ impl ControlPlane {
     pub fn restart_compacted(&self) {
         // SIGKILL, as in a crash: a graceful stop waits a minute or more for
         // open watches, and how the watches end does not matter here.
+        self.restart("KILL", Duration::ZERO, true);
+    }
+
+    /// Stops kube-apiserver with `signal` (SIGKILL after `grace` if it still
+    /// runs), compacts etcd to its latest revision if `compact`, and starts it
+    /// again; returns once it is ready. The soak restarts it both ways.
+    pub fn restart(&self, signal: &str, grace: Duration, compact: bool) {
         let pid = self.pid("kube-apiserver").expect("kube-apiserver.pid in the cluster directory");
-        crate::process::send_signal(pid, "KILL");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::path::Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+        let alive = || std::path::Path::new(&format!("/proc/{pid}")).exists();
+        crate::process::send_signal(pid, signal);
+        let deadline = Instant::now() + grace;
+        while alive() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
+        if alive() {
+            if signal != "KILL" {
+                eprintln!("kube-apiserver still runs {grace:?} after SIG{signal}: killing it");
+            }
+            crate::process::send_signal(pid, "KILL");
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if compact {
+            self.compact();
+        }
+        self.start_and_wait();
+    }
 
+    /// One write, then a physical compaction of etcd to its latest revision.
+    fn compact(&self) {
         // etcd listens on a unix socket in the cluster directory only.
         let etcd = self.env("ETCD_SOCKET");
         let post = |path: &str, body: &str| -> serde_json::Value {
@@ -335,7 +360,9 @@ impl ControlPlane {
             .expect("etcd's revision")
             .to_string();
         post("/v3/kv/compaction", &format!(r#"{{"revision":"{revision}","physical":true}}"#));
+    }
 
+    fn start_and_wait(&self) {
         // As cluster/up.sh starts it: detached, appending to its log, pid in the pid file.
         let status = Command::new("bash")
             .args([
