@@ -200,17 +200,6 @@ pub struct Observer {
 
 impl Observer {
     pub fn step(&mut self, me: &str, lease: Option<&Record>, now: Instant) -> Step {
-        // A lease deleted, or its holder cleared, by hand while another held
-        // it is no release: that holder may lead until its next renew finds
-        // out, so it is waited out as if its record were still there.
-        if let Some((seen, at)) = &self.observed
-            && !seen.holder.is_empty()
-            && seen.holder != me
-            && *at + seen.lease_duration > now
-            && lease.is_none_or(|record| record.holder.is_empty() && !record.released)
-        {
-            return Step::Wait { holder: seen.holder.clone() };
-        }
         let Some(record) = lease else { return Step::Create };
         if self.observed.as_ref().is_none_or(|(seen, _)| seen != record) {
             self.observed = Some((record.clone(), now));
@@ -1101,15 +1090,6 @@ impl Elector {
         }
     }
 
-    /// Another leads: said once per holder.
-    fn stand_by(&mut self, holder: String) {
-        self.deferring = None;
-        if self.standing_by.as_ref() != Some(&holder) {
-            info!(holder, "standing by: {holder} leads");
-            self.standing_by = Some(holder);
-        }
-    }
-
     /// One read of the lease and the write it calls for.
     async fn try_acquire_or_renew(&mut self) -> Result<Tried, LeaseError> {
         let leading = self.gate.is_leading();
@@ -1117,10 +1097,7 @@ impl Elector {
             if leading {
                 return Ok(Tried::Lost("the lease was deleted".into()));
             }
-            if let Step::Wait { holder } = self.observer.step(&self.me, None, Instant::now()) {
-                self.stand_by(holder);
-                return Ok(Tried::NotHolding);
-            }
+            self.observer.step(&self.me, None, Instant::now());
             // A lease that is gone after we saw one held was deleted by
             // hand: that is no release, and its holder may have logged
             // past its last mark.
@@ -1148,7 +1125,11 @@ impl Elector {
         match self.observer.step(&self.me, Some(&record), Instant::now()) {
             Step::Create => Ok(Tried::NotHolding),
             Step::Wait { holder } => {
-                self.stand_by(holder);
+                self.deferring = None;
+                if self.standing_by.as_ref() != Some(&holder) {
+                    info!(holder, "standing by: {holder} leads");
+                    self.standing_by = Some(holder);
+                }
                 self.gate.follow(record.mark);
                 Ok(Tried::NotHolding)
             }
@@ -1461,34 +1442,6 @@ mod tests {
         let now = Instant::now();
         let ours = Record { transitions: 4, ..held_by("baz") };
         assert_eq!(after(Some((ours.clone(), now)), Some(&ours), now), Step::Renew { transitions: 4 });
-    }
-
-    #[test]
-    fn a_lease_deleted_while_another_held_it_is_waited_out() {
-        let start = Instant::now();
-        let mut observer = Observer::default();
-        let record = Record { lease_duration: Duration::from_secs(3), ..held_by("bing") };
-        assert_eq!(observer.step("baz", Some(&record), start), Step::Wait { holder: "bing".into() });
-        let wait = observer.step("baz", None, start + Duration::from_secs(2));
-        assert_eq!(wait, Step::Wait { holder: "bing".into() }, "bing may not know yet");
-        assert_eq!(observer.step("baz", None, start + Duration::from_secs(3)), Step::Create);
-    }
-
-    #[test]
-    fn a_holder_cleared_by_hand_is_waited_out_but_a_release_is_taken_at_once() {
-        let start = Instant::now();
-        let record = Record { lease_duration: Duration::from_secs(3), ..held_by("bing") };
-        let cleared = Record { version: "2".into(), ..held_by("") };
-        let released = Record { released: true, ..cleared.clone() };
-        let mut observer = Observer::default();
-        observer.step("baz", Some(&record), start);
-        let soon = start + Duration::from_secs(1);
-        assert_eq!(observer.step("baz", Some(&cleared), soon), Step::Wait { holder: "bing".into() });
-        assert_eq!(observer.step("baz", Some(&released), soon), Step::Take { transitions: 1 });
-        let mut observer = Observer::default();
-        observer.step("baz", Some(&record), start);
-        let later = start + Duration::from_secs(3);
-        assert_eq!(observer.step("baz", Some(&cleared), later), Step::Take { transitions: 1 });
     }
 
     #[test]

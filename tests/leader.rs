@@ -19,7 +19,6 @@ use kube::{Api, Client};
 use serde_json::Value;
 
 use common::*;
-use demo_controller::leader::RELEASED;
 
 const T: Duration = Duration::from_secs(30);
 
@@ -295,12 +294,9 @@ async fn a_lease_held_by_another_identity_is_respected() {
     create(&c.client, &ns, "during", &[]).await;
     // Its cache holds both pods (its /readyz is the cache's), yet no line:
     // proven once it leads, when the held changes come out after its
-    // `became leader`. The holder gives the lease up, as a release does:
-    // its holder cleared, with the stamp that says it stopped first (a
-    // holder cleared without it is waited out: it may still lead).
+    // `became leader`. The holder gives the lease up:
     let mut held = leases.get("demo-controller").await.expect("get lease");
     held.spec.as_mut().expect("spec").holder_identity = None;
-    held.metadata.annotations.get_or_insert_default().insert(RELEASED.into(), "true".into());
     leases.replace("demo-controller", &PostParams::default(), &held).await.expect("release lease");
     leads(&a).await;
     let mut events = a.wait_events(&ns, 2).await;
@@ -826,15 +822,14 @@ async fn a_kept_line_dropped_at_the_bound_is_said_and_counted() {
         [dropped(0), dropped(1)]
     );
     until_metric(&a, metrics, "demo_controller_kept_lines_dropped_total 2").await;
-    // The holder stops renewing, and its lease runs out: no release.
     let mut held = leases.get("demo-controller").await.expect("get lease");
-    held.spec.as_mut().expect("spec").lease_duration_seconds = Some(1);
-    leases.replace("demo-controller", &PostParams::default(), &held).await.expect("shorten the lease");
+    held.spec.as_mut().expect("spec").holder_identity = None;
+    leases.replace("demo-controller", &PostParams::default(), &held).await.expect("release lease");
     let took_over = a.wait_message("became leader", T).await;
     assert_eq!((took_over["released"].as_bool(), took_over["kept"].as_u64()), (Some(false), Some(1)), "{took_over}");
     assert_eq!(a.wait_events(&ns, 1).await, [format!("onAdd: {ns}/p2")], "{}", a.dump());
-    // A lease that ran out is no release (no stamp says the holder stopped
-    // first): the line it may have logged says so.
+    // A holder cleared by hand is no release (no stamp says the holder
+    // stopped first): the line it may have logged says so.
     assert_eq!(a.event_lines(&ns)[0]["replayed"], true, "{}", a.dump());
 }
 
