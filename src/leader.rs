@@ -177,7 +177,7 @@ impl Record {
 /// What to do with the Lease after one read of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// There is none: create it, held by us.
+    /// There is none, and we waited it out: create it, held by us.
     Create,
     /// Free or expired: take it (one more leader transition).
     Take { transitions: i32 },
@@ -185,6 +185,10 @@ pub enum Step {
     Renew { transitions: i32 },
     /// Someone else holds it and renewed it within its lease duration.
     Wait { holder: String },
+    /// Gone, or its holder cleared, with no release stamp: its last holder
+    /// (`holder`, empty if we saw none) may lead until its next renew finds
+    /// out, so we wait `left` more.
+    Vacated { holder: String, left: Duration },
 }
 
 // ANCHOR: decide
@@ -193,18 +197,58 @@ pub enum Step {
 /// Expiry is measured on *our* clock, from when we first saw the record as
 /// it is now (`observed`): clocks of two machines are never compared, and a
 /// holder that keeps renewing keeps changing the record, so it never expires.
+///
+/// Unlike client-go, a Lease that is missing, or has no holder and no
+/// release stamp, is not free at once: it may have been deleted or cleared
+/// by hand, and its holder logs until its next renew finds out. So it is
+/// waited out for that holder's lease duration (at least ours). A replica
+/// that never saw a holder waits two retry periods more (`grace`): a
+/// standby that followed the last leader keeps what that leader may not
+/// have logged, and so takes the Lease first.
 #[derive(Debug, Default)]
 pub struct Observer {
     observed: Option<(Record, Instant)>,
+    /// Since when the Lease has been missing.
+    missing: Option<Instant>,
+    /// The lease duration of the last holder we saw, if we saw one.
+    last_holder: Option<(String, Duration)>,
+    /// Our own lease duration, and the extra wait of a replica that saw no holder.
+    floor: Duration,
+    grace: Duration,
 }
 
 impl Observer {
+    pub fn new(floor: Duration, grace: Duration) -> Observer {
+        Observer { floor, grace, ..Observer::default() }
+    }
+
     pub fn step(&mut self, me: &str, lease: Option<&Record>, now: Instant) -> Step {
-        let Some(record) = lease else { return Step::Create };
-        if self.observed.as_ref().is_none_or(|(seen, _)| seen != record) {
-            self.observed = Some((record.clone(), now));
-        }
-        let since = self.observed.as_ref().map_or(now, |(_, at)| *at);
+        let since = match lease {
+            None => *self.missing.get_or_insert(now),
+            Some(record) => {
+                self.missing = None;
+                if self.observed.as_ref().is_none_or(|(seen, _)| seen != record) {
+                    self.observed = Some((record.clone(), now));
+                }
+                if !record.holder.is_empty() {
+                    self.last_holder = Some((record.holder.clone(), record.lease_duration));
+                }
+                self.observed.as_ref().map_or(now, |(_, at)| *at)
+            }
+        };
+        let Some(record) = lease.filter(|r| !r.holder.is_empty() || r.released) else {
+            // Missing, or cleared without the release stamp.
+            let (holder, wait) = match &self.last_holder {
+                Some((holder, duration)) => (holder.clone(), (*duration).max(self.floor)),
+                None => (String::new(), self.floor + self.grace),
+            };
+            let wait = wait.max(lease.map_or(Duration::ZERO, |r| r.lease_duration));
+            return match (since + wait).checked_duration_since(now) {
+                Some(left) if !left.is_zero() => Step::Vacated { holder, left },
+                _ if lease.is_none() => Step::Create,
+                _ => Step::Take { transitions: lease.map_or(0, |r| r.transitions) + 1 },
+            };
+        };
         let valid = since + record.lease_duration > now;
         if !record.holder.is_empty() && record.holder != me && valid {
             return Step::Wait { holder: record.holder.clone() };
@@ -835,6 +879,9 @@ pub struct Elector {
     mark: Option<u64>,
     /// The holder we last said we stand by for (said once per holder).
     standing_by: Option<String>,
+    /// We said we wait out a lease deleted or cleared by hand (said once
+    /// per such wait).
+    waiting_out: bool,
     /// The last try failed: the next failures say nothing until a try
     /// reaches the lease again (leading or not), so an outage is one line.
     failing: bool,
@@ -887,9 +934,10 @@ impl Elector {
             gate,
             queue,
             position,
-            observer: Observer::default(),
+            observer: Observer::new(timings.lease_duration, 2 * timings.retry_period),
             mark: None,
             standing_by: None,
+            waiting_out: false,
             failing: false,
             attempt: Instant::now(),
             joined: None,
@@ -1097,7 +1145,10 @@ impl Elector {
             if leading {
                 return Ok(Tried::Lost("the lease was deleted".into()));
             }
-            self.observer.step(&self.me, None, Instant::now());
+            if let Step::Vacated { holder, left } = self.observer.step(&self.me, None, Instant::now()) {
+                self.wait_out(&holder, left, "deleted");
+                return Ok(Tried::NotHolding);
+            }
             // A lease that is gone after we saw one held was deleted by
             // hand: that is no release, and its holder may have logged
             // past its last mark.
@@ -1122,8 +1173,17 @@ impl Elector {
             // someone else may log from now on. Stop at once.
             return Ok(Tried::Lost(lost_to(&record.holder)));
         }
-        match self.observer.step(&self.me, Some(&record), Instant::now()) {
+        let step = self.observer.step(&self.me, Some(&record), Instant::now());
+        if !matches!(step, Step::Vacated { .. }) {
+            self.waiting_out = false;
+        }
+        match step {
             Step::Create => Ok(Tried::NotHolding),
+            Step::Vacated { holder, left } => {
+                self.wait_out(&holder, left, "cleared");
+                self.gate.follow(record.mark);
+                Ok(Tried::NotHolding)
+            }
             Step::Wait { holder } => {
                 self.deferring = None;
                 if self.standing_by.as_ref() != Some(&holder) {
@@ -1173,6 +1233,28 @@ impl Elector {
                     Err(e) => Err(("update", e)),
                 }
             }
+        }
+    }
+
+    /// The lease was `how` (deleted, or its holder cleared) with no release
+    /// stamp: said once, while we wait `left` before taking it (see
+    /// [`Observer`]).
+    fn wait_out(&mut self, holder: &str, left: Duration, how: &str) {
+        if std::mem::replace(&mut self.waiting_out, true) {
+            return;
+        }
+        let left = humantime::format_duration(Duration::from_millis(left.as_millis() as u64));
+        if holder.is_empty() {
+            info!(
+                lease = self.lease_ref,
+                "no holder of the lease seen yet: waiting {left} before taking it, so that a standby that followed an earlier leader takes it first"
+            );
+        } else {
+            info!(
+                lease = self.lease_ref,
+                holder,
+                "the lease was {how} without a release: waiting {left} before taking it, as {holder} may lead until its next renew"
+            );
         }
     }
 
@@ -1387,7 +1469,7 @@ mod tests {
     }
 
     fn after(observed: Option<(Record, Instant)>, lease: Option<&Record>, now: Instant) -> Step {
-        Observer { observed }.step("baz", lease, now)
+        Observer { observed, ..Observer::default() }.step("baz", lease, now)
     }
 
     #[test]
@@ -1411,7 +1493,9 @@ mod tests {
 
     #[test]
     fn acquire_from_unled_object() {
-        assert_eq!(after(None, Some(&held_by("")), Instant::now()), Step::Take { transitions: 1 });
+        // With the release stamp only (see a_holder_cleared_by_hand_is_waited_out).
+        let released = Record { released: true, ..held_by("") };
+        assert_eq!(after(None, Some(&released), Instant::now()), Step::Take { transitions: 1 });
     }
 
     #[test]
@@ -1426,7 +1510,62 @@ mod tests {
     fn acquire_from_empty_led_acked_object() {
         let now = Instant::now();
         let future = now + Duration::from_secs(3600);
-        assert_eq!(after(Some((held_by(""), future)), Some(&held_by("")), now), Step::Take { transitions: 1 });
+        let released = Record { released: true, ..held_by("") };
+        assert_eq!(after(Some((released.clone(), future)), Some(&released), now), Step::Take { transitions: 1 });
+    }
+
+    // What client-go has no case for: a Lease deleted, or its holder
+    // cleared, by hand, which is no release.
+
+    fn vacated(holder: &str, left: u64) -> Step {
+        Step::Vacated { holder: holder.into(), left: Duration::from_secs(left) }
+    }
+
+    #[test]
+    fn a_lease_deleted_while_another_held_it_is_waited_out() {
+        let (s, start) = (Duration::from_secs, Instant::now());
+        let mut observer = Observer::new(s(2), s(1));
+        let record = Record { lease_duration: s(3), ..held_by("bing") };
+        assert_eq!(observer.step("baz", Some(&record), start), Step::Wait { holder: "bing".into() });
+        // Gone at 10 s: bing may lead until its next renew finds out.
+        assert_eq!(observer.step("baz", None, start + s(10)), vacated("bing", 3));
+        assert_eq!(observer.step("baz", None, start + s(12)), vacated("bing", 1));
+        assert_eq!(observer.step("baz", None, start + s(13)), Step::Create);
+    }
+
+    #[test]
+    fn a_holder_cleared_by_hand_is_waited_out_but_a_release_is_taken_at_once() {
+        let (s, start) = (Duration::from_secs, Instant::now());
+        let record = Record { lease_duration: s(3), ..held_by("bing") };
+        let cleared = Record { version: "2".into(), ..held_by("") };
+        let released = Record { released: true, ..cleared.clone() };
+        let mut observer = Observer::new(s(2), s(1));
+        observer.step("baz", Some(&record), start);
+        // The cleared record says 15 s, more than bing's 3 s: the longer.
+        assert_eq!(observer.step("baz", Some(&cleared), start + s(1)), vacated("bing", 15));
+        assert_eq!(observer.step("baz", Some(&cleared), start + s(16)), Step::Take { transitions: 1 });
+        let mut observer = Observer::new(s(2), s(1));
+        observer.step("baz", Some(&record), start);
+        assert_eq!(observer.step("baz", Some(&released), start + s(1)), Step::Take { transitions: 1 });
+    }
+
+    #[test]
+    fn a_replica_that_saw_no_holder_waits_longer_than_one_that_did() {
+        // Our lease duration 2 s, two retry periods 1 s: a standby that saw
+        // bing waits 2 s from when it found the lease gone, a replica that
+        // saw no holder 3 s, so the standby creates it first.
+        let (s, start) = (Duration::from_secs, Instant::now());
+        let mut fresh = Observer::new(s(2), s(1));
+        assert_eq!(fresh.step("baz", None, start), vacated("", 3));
+        assert_eq!(fresh.step("baz", None, start + s(2)), vacated("", 1));
+        assert_eq!(fresh.step("baz", None, start + s(3)), Step::Create);
+        let mut warm = Observer::new(s(2), s(1));
+        warm.step("baz", Some(&Record { lease_duration: s(1), ..held_by("bing") }), start);
+        assert_eq!(warm.step("baz", None, start), vacated("bing", 2));
+        assert_eq!(warm.step("baz", None, start + s(2)), Step::Create);
+        // Back again, the lease is judged as it is now; gone again, a new wait.
+        assert_eq!(warm.step("baz", Some(&held_by("qux")), start + s(3)), Step::Wait { holder: "qux".into() });
+        assert_eq!(warm.step("baz", None, start + s(4)), vacated("qux", 15));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use kube::{Api, Client};
 use serde_json::Value;
 
 use common::*;
+use demo_controller::leader::RELEASED;
 
 const T: Duration = Duration::from_secs(30);
 
@@ -277,6 +278,22 @@ async fn held_by_someone_else(client: &kube::Client, ns: &str) -> Api<Lease> {
     leases
 }
 
+/// The Lease `demo-controller` in `ns`, released: no holder, the release
+/// stamp. A candidate takes it at its first try; without it, the first
+/// candidate would wait out a Lease that may have been deleted by hand (a
+/// lease duration and two retry periods: minutes with OUTLASTING).
+async fn released_lease(client: &kube::Client, ns: &str) {
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some("demo-controller".into()),
+            annotations: Some([(RELEASED.to_string(), "true".to_string())].into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec { lease_duration_seconds: Some(1), ..Default::default() }),
+    };
+    Api::<Lease>::namespaced(client.clone(), ns).create(&PostParams::default(), &lease).await.expect("create lease");
+}
+
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lease_held_by_another_identity_is_respected() {
@@ -294,9 +311,12 @@ async fn a_lease_held_by_another_identity_is_respected() {
     create(&c.client, &ns, "during", &[]).await;
     // Its cache holds both pods (its /readyz is the cache's), yet no line:
     // proven once it leads, when the held changes come out after its
-    // `became leader`. The holder gives the lease up:
+    // `became leader`. The holder gives the lease up, as a release does:
+    // its holder cleared, with the stamp that says it stopped first (a
+    // holder cleared without it is waited out: it may still lead).
     let mut held = leases.get("demo-controller").await.expect("get lease");
     held.spec.as_mut().expect("spec").holder_identity = None;
+    held.metadata.annotations.get_or_insert_default().insert(RELEASED.into(), "true".into());
     leases.replace("demo-controller", &PostParams::default(), &held).await.expect("release lease");
     leads(&a).await;
     let mut events = a.wait_events(&ns, 2).await;
@@ -386,6 +406,7 @@ async fn gone_and_other_logged(
     env: &[(&str, &str)],
 ) -> (String, Logger, Logger) {
     let ns = namespace(&c.client, prefix).await;
+    released_lease(&c.client, &ns).await;
     let a = candidate_env(&c.kubeconfig, &ns, timings, &[], env);
     let a_id = leads(&a).await;
     a.synced().await;
@@ -594,6 +615,7 @@ enum Behind {
 async fn a_leader_reading_the_lease_changed(behind: Behind, prefix: &str, reason: &str) {
     let c = cluster().await;
     let ns = namespace(&c.client, prefix).await;
+    released_lease(&c.client, &ns).await;
     let mut a = candidate_timed(&c.kubeconfig, &ns, OUTLASTING, &[]);
     leads(&a).await;
     a.synced().await;
@@ -633,6 +655,121 @@ async fn a_leader_that_reads_another_holder_stops_at_once_and_exits() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_whose_lease_was_deleted_stops_at_once_and_exits() {
     a_leader_reading_the_lease_changed(Behind::Deleted, "deleted", "the lease was deleted").await;
+}
+
+/// A leader's lease emptied behind its back while it still leads: deleted,
+/// or its holder cleared, without the release stamp.
+#[derive(Clone, Copy)]
+enum ByHand {
+    Deleted,
+    Cleared,
+}
+
+/// lease 10s > renew deadline 8s > 1.2 x retry period 1s.
+const HELD: [&str; 6] = [
+    "--leader-elect-lease-duration",
+    "10s",
+    "--leader-elect-renew-deadline",
+    "8s",
+    "--leader-elect-retry-period",
+    "1s",
+];
+
+/// A leads on HELD; its renew 8's answer comes 6 s late, so it leads on,
+/// unaware, for those 6 s. The lease is emptied by hand meanwhile. The
+/// standby B (lease 3s) must not take it until A's lease duration has
+/// passed: A stops at its next renew, and a pod made once B leads is logged
+/// once, by B.
+async fn a_lease_emptied_by_hand(how: ByHand, prefix: &str, reason: &str) {
+    let c = cluster().await;
+    let ns = namespace(&c.client, prefix).await;
+    released_lease(&c.client, &ns).await;
+    let late = [("DEMO_CONTROLLER_FAULTS", "renew-late=6s@8")];
+    let mut a = candidate_env(&c.kubeconfig, &ns, HELD, &[], &late);
+    let a_id = leads(&a).await;
+    a.synced().await;
+    let b = candidate(&c.kubeconfig, &ns);
+    b.wait_message(&format!("standing by: {a_id} leads"), T).await;
+    b.synced().await;
+    let taking = "DEMO_CONTROLLER_FAULTS: taking in the answer to renew 8 6s late";
+    assert!(!a.lines().iter().any(|v| v["message"] == taking), "B stood by too late:\n{}", a.dump());
+    a.wait_message(taking, T).await;
+    let leases = Api::<Lease>::namespaced(c.client.clone(), &ns);
+    match how {
+        ByHand::Deleted => leases.delete("demo-controller", &DeleteParams::default()).await.map(|_| ()),
+        ByHand::Cleared => {
+            let mut lease = leases.get("demo-controller").await.expect("get lease");
+            lease.spec.as_mut().expect("spec").holder_identity = None;
+            leases.replace("demo-controller", &PostParams::default(), &lease).await.map(|_| ())
+        }
+    }
+    .expect("empty the lease");
+    let took_over = b.wait_message("became leader", T).await;
+    assert_eq!(took_over["released"], false, "{took_over}");
+    create(&c.client, &ns, "after", &[]).await;
+    b.wait_message(&format!("onAdd: {ns}/after"), T).await;
+    assert_eq!(a.wait_exit(T).await.code(), Some(1), "{}", a.dump());
+    let lines = tally(&ns, &[&a, &b]);
+    assert_eq!(lines[&format!("onAdd: {ns}/after")].len(), 1, "logged by both:\n{}\n{}", a.dump(), b.dump());
+    let lost = format!("lost the lease: {reason}, exiting (exit code 1)");
+    assert!(a.lines().iter().any(|v| v["message"] == lost), "no `{lost}`:\n{}", a.dump());
+    let done = if matches!(how, ByHand::Deleted) { "deleted" } else { "cleared" };
+    let waited = format!(
+        "the lease was {done} without a release: waiting 10s before taking it, as {a_id} may lead until its next renew"
+    );
+    assert!(b.lines().iter().any(|v| v["message"] == waited), "no `{waited}`:\n{}", b.dump());
+    silent_until_it_leads(&b);
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_deleted_by_hand_is_waited_out_so_two_replicas_never_log_at_once() {
+    a_lease_emptied_by_hand(ByHand::Deleted, "deleted-by-hand", "the lease was deleted").await;
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_cleared_by_hand_is_waited_out_so_two_replicas_never_log_at_once() {
+    a_lease_emptied_by_hand(ByHand::Cleared, "cleared-by-hand", "its holder was cleared").await;
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_lease_goes_to_the_standby_that_followed_the_leader_not_to_a_fresh_replica() {
+    // The leader exits when it finds its lease deleted, and comes back as a
+    // new process (its container restarted) that never saw a holder. A pod
+    // deleted in the gap, while nobody led, is known only to the standby,
+    // which kept its line: the standby must lead, not the fresh replica.
+    let c = cluster().await;
+    let ns = namespace(&c.client, "fresh-after-delete").await;
+    released_lease(&c.client, &ns).await;
+    let mut a = candidate(&c.kubeconfig, &ns);
+    let a_id = leads(&a).await;
+    a.synced().await;
+    let b = candidate(&c.kubeconfig, &ns);
+    b.wait_message(&format!("standing by: {a_id} leads"), T).await;
+    b.synced().await;
+    let gone = create(&c.client, &ns, "gone", &[]).await;
+    a.wait_message(&format!("onAdd: {ns}/gone"), T).await;
+    mark_reaches(&c.client, &ns, resource_version(&gone)).await;
+    Api::<Lease>::namespaced(c.client.clone(), &ns)
+        .delete("demo-controller", &DeleteParams::default())
+        .await
+        .expect("delete lease");
+    assert_eq!(a.wait_exit(T).await.code(), Some(1), "{}", a.dump());
+    delete(&c.client, &ns, "gone").await;
+    let again = candidate(&c.kubeconfig, &ns);
+    again.synced().await;
+    let b_id = leads(&b).await;
+    again.wait_message(&format!("standing by: {b_id} leads"), T).await;
+    let deletes = b.wait_message(&format!("onDelete: {ns}/gone"), T).await;
+    assert_eq!(deletes["replayed"], true, "no release: it may repeat, and says so: {deletes}");
+    let waited = "no holder of the lease seen yet: waiting 4s before taking it, so that a standby that followed an earlier leader takes it first";
+    assert!(again.lines().iter().any(|v| v["message"] == waited), "no `{waited}`:\n{}", again.dump());
+    silent_until_it_leads(&again);
+    assert!(again.events(&ns).is_empty(), "{}", again.dump());
+    let lost = "lost the lease: the lease was deleted, exiting (exit code 1)";
+    assert!(a.lines().iter().any(|v| v["message"] == lost), "no `{lost}`:\n{}", a.dump());
 }
 
 /// lease 8s > renew deadline 5s > 1.2 x retry period 2s.
@@ -822,14 +959,15 @@ async fn a_kept_line_dropped_at_the_bound_is_said_and_counted() {
         [dropped(0), dropped(1)]
     );
     until_metric(&a, metrics, "demo_controller_kept_lines_dropped_total 2").await;
+    // The holder stops renewing, and its lease runs out: no release.
     let mut held = leases.get("demo-controller").await.expect("get lease");
-    held.spec.as_mut().expect("spec").holder_identity = None;
-    leases.replace("demo-controller", &PostParams::default(), &held).await.expect("release lease");
+    held.spec.as_mut().expect("spec").lease_duration_seconds = Some(1);
+    leases.replace("demo-controller", &PostParams::default(), &held).await.expect("shorten the lease");
     let took_over = a.wait_message("became leader", T).await;
     assert_eq!((took_over["released"].as_bool(), took_over["kept"].as_u64()), (Some(false), Some(1)), "{took_over}");
     assert_eq!(a.wait_events(&ns, 1).await, [format!("onAdd: {ns}/p2")], "{}", a.dump());
-    // A holder cleared by hand is no release (no stamp says the holder
-    // stopped first): the line it may have logged says so.
+    // A lease that ran out is no release (no stamp says the holder stopped
+    // first): the line it may have logged says so.
     assert_eq!(a.event_lines(&ns)[0]["replayed"], true, "{}", a.dump());
 }
 
