@@ -14,9 +14,9 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::Client;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 
 use crate::cluster;
 use crate::measure::{Measurement, Settings, ms, relist, resync, spawn_synced, wait_initial_adds};
@@ -36,10 +36,25 @@ pub async fn measure(client: &Client, bins: &Binaries, n: usize, s: &Settings<'_
     // from, and on a cluster with a namespace controller, Ctrl-C's cleanup of
     // the namespace takes the Lease with it.
     let lease_ns = cluster::namespace(client, "bench-lease").await;
+    // Released, so the leader takes it at its first try: a Lease it finds
+    // missing it waits out (a lease duration and two retry periods), as one
+    // deleted by hand may still have a leader.
+    let released = Lease {
+        metadata: ObjectMeta {
+            name: Some("demo-controller".into()),
+            annotations: Some([("demo-controller.example.com/released".to_string(), "true".to_string())].into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec { lease_duration_seconds: Some(1), ..Default::default() }),
+    };
+    let leases = Api::<Lease>::namespaced(client.clone(), &lease_ns);
+    if let Err(e) = leases.create(&PostParams::default(), &released).await {
+        panic!("bench: cannot create the Lease {lease_ns}/demo-controller: {e}");
+    }
     let command = || bins.command(Peer::DemoPair, s.kubeconfig, s.resync);
     let (mut leader, mut standby) = (Measurement::default(), Measurement::default());
 
-    // 1. The leader: it takes the free Lease, syncs and logs every pod once.
+    // 1. The leader: it takes the released Lease, syncs and logs every pod once.
     let log = s.log(n, "demo-controller-leader");
     let (mut lead, lead_synced, lead_sync_ticks) = spawn_synced(elect(command(), &lease_ns), log, s, &mut leader).await;
     lead.wait_for("became leader", 0, Duration::from_secs(120), |l| l.text.contains("became leader").then_some(()))
@@ -91,7 +106,6 @@ pub async fn measure(client: &Client, bins: &Binaries, n: usize, s: &Settings<'_
     }
     stand.stop().await;
     lead.stop().await;
-    let leases = Api::<Lease>::namespaced(client.clone(), &lease_ns);
     if let Err(e) = leases.delete("demo-controller", &DeleteParams::default()).await {
         eprintln!("bench: could not delete the Lease {lease_ns}/demo-controller: {e}");
     }
