@@ -29,6 +29,8 @@ pub struct Setup {
     pub renew_deadline: Duration,
     pub retry_period: Duration,
     pub asked: Duration,
+    /// The faults the schedule left out (`--faults`).
+    pub left_out: Vec<&'static str>,
 }
 
 /// Every figure the report prints.
@@ -167,7 +169,11 @@ impl Figures {
         let kinds: Vec<String> = self.writes.iter().map(|(k, n)| format!("{k} {n}")).collect();
         let _ = writeln!(r, "writes: {} ({}/s): {}", self.write_count(), self.writes_per_s(), kinds.join(", "));
         let kinds: Vec<String> = self.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
-        let _ = writeln!(r, "faults: {}: {}", self.faults.values().sum::<usize>(), kinds.join(", "));
+        let left_out = match s.left_out.as_slice() {
+            [] => String::new(),
+            names => format!("; left out: {}", names.join(", ")),
+        };
+        let _ = writeln!(r, "faults: {}: {}{left_out}", self.faults.values().sum::<usize>(), kinds.join(", "));
         let exits: Vec<String> = self.exits.iter().map(|(k, n)| format!("{k} {n}")).collect();
         let _ = writeln!(
             r,
@@ -236,6 +242,7 @@ impl Figures {
             "faults": {
                 "total": self.faults.values().sum::<usize>(),
                 "by_kind": self.faults.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
+                "left_out": s.left_out,
             },
             "replica_lives": {
                 "total": self.lives,
@@ -276,6 +283,7 @@ mod tests {
             renew_deadline: Duration::from_secs(2),
             retry_period: Duration::from_millis(500),
             asked: Duration::from_secs(60),
+            left_out: vec!["lease-delete"],
         };
         let s = 1_000_000;
         let writes = vec![
@@ -315,7 +323,7 @@ mod tests {
             "soak: 1m run, 3 replicas of target/debug/demo-controller (lease 3s, renew deadline 2s, retry period 500ms)\n\
              code: commit abc1234 (src/ 1111, crates/ 2222); started 2026-11-26 17:00 UTC, load average 1.00 1.00 1.00\n\
              writes: 3 (0.1/s): create 1, relabel 1, phase 0, delete 1\n\
-             faults: 3: apiserver-term 1, leader-kill 2\n\
+             faults: 3: apiserver-term 1, leader-kill 2; left out: lease-delete\n\
              replica lives: 4 (restarts: 1); exits: killed by the soak 1, 0 3, 1 0, other 0\n\
              leader changes: 3 (4 terms)\n\
              event lines: 30, replayed: 7 (23.3%), replays per leader change: 2.3\n\
@@ -332,7 +340,10 @@ mod tests {
         assert_eq!(j["lease_ms"], json!({ "duration": 3000, "renew_deadline": 2000, "retry_period": 500 }));
         assert_eq!(j["writes"]["by_kind"], json!({ "create": 1, "relabel": 1, "phase": 0, "delete": 1 }));
         assert_eq!(j["writes"]["per_s"], 0.1);
-        assert_eq!(j["faults"], json!({ "total": 3, "by_kind": { "apiserver-term": 1, "leader-kill": 2 } }));
+        assert_eq!(
+            j["faults"],
+            json!({ "total": 3, "by_kind": { "apiserver-term": 1, "leader-kill": 2 }, "left_out": ["lease-delete"] })
+        );
         assert_eq!(j["replica_lives"]["exits"]["killed by the soak"], 1);
         assert_eq!(
             (j["leader_changes"].clone(), j["terms"].clone(), j["event_lines"].clone()),

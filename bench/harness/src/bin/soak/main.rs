@@ -598,12 +598,23 @@ async fn run(opts: &Opts, interrupted: &AtomicBool) -> i32 {
         machine: measured::machine(),
         load: measured::load(),
         command: command(opts),
-        demo_controller: opts.demo_controller.display().to_string(),
+        // As the repository names it (bench/soak.sh passes an absolute path).
+        demo_controller: std::env::current_dir()
+            .ok()
+            .and_then(|here| opts.demo_controller.strip_prefix(here).ok().map(Path::to_path_buf))
+            .unwrap_or_else(|| opts.demo_controller.clone())
+            .display()
+            .to_string(),
         replicas: REPLICAS,
         lease_duration: LEASE_DURATION,
         renew_deadline: humantime::parse_duration(RENEW_DEADLINE).expect("RENEW_DEADLINE is a duration"),
         retry_period: humantime::parse_duration(RETRY_PERIOD).expect("RETRY_PERIOD is a duration"),
         asked: opts.duration,
+        left_out: FAULTS
+            .iter()
+            .filter(|f| !opts.faults.is_empty() && !opts.faults.contains(f))
+            .map(|f| f.name())
+            .collect(),
     };
     let mut faults: std::collections::BTreeMap<&str, usize> = Default::default();
     let mut next = 0;
@@ -706,7 +717,10 @@ async fn run(opts: &Opts, interrupted: &AtomicBool) -> i32 {
         if cut_short {
             say(format!("not recorded in {RECORD}: the run was interrupted"));
         } else if std::fs::write(RECORD, &record).is_ok() {
-            say(format!("recorded in {RECORD}: commit it, then DEMO_CONTROLLER_BLESS=1 cargo test --test figures"));
+            say(format!(
+                "recorded in {RECORD}: DEMO_CONTROLLER_BLESS=1 cargo test --test figures renders the book's figures \
+                 from it; commit both"
+            ));
         } else {
             say(format!("error: cannot write {RECORD} (run from the repository, as bench/soak.sh does)"));
             return 1;
