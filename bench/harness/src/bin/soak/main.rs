@@ -703,7 +703,6 @@ async fn run(opts: &Opts, interrupted: &AtomicBool) -> i32 {
     replicas.stop_all(lead).await;
     process::LIVE.lock().expect("live lock").clear();
     let writes = writes.lock().expect("writes lock").clone();
-    cluster::delete_namespaces(&client, std::slice::from_ref(&namespace)).await;
 
     let lives = read_lives(&replicas);
     let verdict = oracle::judge(&lives, &writes, &finals);
@@ -734,6 +733,12 @@ async fn run(opts: &Opts, interrupted: &AtomicBool) -> i32 {
     let finals_tsv: String =
         finals.iter().map(|p| format!("{}\t{}\t{}\tgen={}\n", p.name, p.uid, p.phase, p.gen_label)).collect();
     save(&opts.out.join("final.tsv"), finals_tsv.as_bytes());
+    // Tidiness only (bench/soak.sh removes the control plane): a failure here
+    // is said in one line and changes neither the report nor the exit code.
+    let tidy = tokio::spawn(async move { cluster::delete_namespaces(&client, std::slice::from_ref(&namespace)).await });
+    if !matches!(tokio::time::timeout(Duration::from_secs(30), tidy).await, Ok(Ok(()))) {
+        say("could not delete the soak's namespace within 30 s; going on");
+    }
     if cut_short { 130 } else { i32::from(!verdict.violations.is_empty()) }
 }
 
