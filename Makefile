@@ -68,7 +68,7 @@ cluster-down: ## Stop the local control plane and remove its state
 bench: ## Benchmark against client-go, kube-rs and the floors, and two replicas with --leader-elect (prints its estimated run time; ARGS=--with-100k; writes bench/results.{md,json,svg})
 	bash bench/run.sh $(ARGS)
 
-soak: ## Chaos soak: three replicas with --leader-elect on a local control plane of its own, a writer, leader kills, pauses, lease deletes and API server restarts for DURATION (default 10m); an oracle checks the logs, prints the figures and exits non-zero on a violation (bench/soak.sh; ARGS=--faults=leader-kill,apiserver-kill picks faults; logs in target/soak)
+soak: ## Chaos soak: three replicas with --leader-elect on a local control plane of its own, a writer, leader kills, pauses, lease deletes and API server restarts for DURATION (default 10m); an oracle checks the logs, prints the figures and exits non-zero on a violation (bench/soak.sh; ARGS=--faults=leader-kill,apiserver-kill picks faults; logs and report.txt/.json in target/soak; ARGS=--record makes a complete run the committed record, bench/soak.json, the book's soak figures come from)
 	DURATION=$(DURATION) bash bench/soak.sh $(ARGS)
 
 node-up: ## As root: start a real one-node cluster (containerd + kubelet; prints export KUBECONFIG=...)

@@ -4,10 +4,19 @@
 # a control plane of its own in target/soak-cluster, runs three replicas under
 # a writer and faults for DURATION, and always stops the control plane again,
 # also on Ctrl-C (the soak first stops the replicas it runs). The soak prints
-# its figures and exits 1 when the oracle found a violation, listing each.
-# Logs, writes, the final list and the report go to target/soak/.
+# its figures and exits 1 when the oracle found a violation, listing each
+# (130 when interrupted). Logs, writes, the final list and the report go to
+# target/soak/ (--out): report.txt, and report.json with the same figures and
+# the code they measured (the commit, the git trees of src/ and crates/).
+# --record also copies report.json to bench/soak.json, the committed record
+# the book's soak figures are generated from (tests/figures.rs), but only for
+# a run that was not interrupted; one with violations is recorded with them.
+# Then DEMO_CONTROLLER_BLESS=1 cargo test --test figures renders the book's
+# figures from it; commit both.
+# The soak never hangs: a watchdog ends it 20 min past DURATION.
 #
-# Usage: DURATION=10m bench/soak.sh [--faults leader-kill,lease-delete,...] [--gap 6s] [--out target/soak]
+# Usage: DURATION=10m bench/soak.sh [--faults leader-kill,lease-delete,...] [--gap 6s] [--out target/soak] [--record]
+# The record:   make soak DURATION=60m ARGS=--record
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

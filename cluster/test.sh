@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test, unit and end-to-end, against a real local control plane:
 # builds (or reuses) kube-apiserver and etcd, starts them, runs `cargo test`,
-# and always stops them again, whatever happens.
+# and always stops them again, whatever happens. A full run (no name filters)
+# then runs a 2-minute chaos soak with every fault (bench/soak.sh, on a control
+# plane of its own) before the node tests.
 #
 # Tests that need the control plane are marked #[ignore] with the reason
 # "needs the local control plane: run `make test`", so a bare `cargo test`
@@ -41,6 +43,7 @@ dir=$repo/target/test-cluster
 # test process died before its own cleanup ran.
 cleanup() {
 	bash "$repo/cluster/down.sh" --dir "$dir"
+	bash "$repo/cluster/down.sh" --dir "$repo/target/soak-cluster" || true # the soak's, should it have died before its own cleanup
 	for plane in "$repo"/target/test-planes/*/; do
 		[[ -d $plane ]] && bash "$repo/cluster/down.sh" --dir "$plane"
 	done
@@ -100,6 +103,14 @@ if (($# == 0)); then
 	cargo test --locked --test e2e -- --include-ignored
 	cargo test --locked --test faults --test watch --test leader -- --include-ignored "${json_again[@]}"
 	unset DEMO_CONTROLLER_WIRE
+
+	# A short chaos soak (`make soak`): three replicas with --leader-elect on a
+	# control plane of its own, a writer, every fault, checked by its oracle.
+	# It prints its report (also in target/soak-test/); a violation fails the
+	# run. It starts and always stops its own control plane, and never hangs
+	# (a watchdog ends it 20 min past its duration).
+	bash cluster/down.sh --dir "$dir" # the plain control plane is done with: free its memory
+	DURATION=2m bash bench/soak.sh --out target/soak-test
 fi
 
 # --- The node tests: demo-controller as a pod on a real kubelet --------------

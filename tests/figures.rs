@@ -8,7 +8,8 @@
 //! ```
 //!
 //! whose text this test renders from its source: bench/results.json (written
-//! by `make bench`), book/src/appendix/setup-times.json (written by
+//! by `make bench`), bench/soak.json (written by `make soak ARGS=--record`),
+//! book/src/appendix/setup-times.json (written by
 //! cluster/setup-times.sh), book/src/appendix/reading.json (a timed reading)
 //! or the code and the book themselves (the tour's line counts, the
 //! chapters' reading times). A
@@ -286,6 +287,152 @@ fn bench_age() -> String {
         None => format!(
             "These results cannot be tied to a tree of `src/` and `crates/` (commit {commit}): treat them as figures of\n\
              older code until `make bench` runs again.\n"
+        ),
+    }
+}
+
+/// bench/soak.json, the committed `make soak ARGS=--record` run: the soak's
+/// report.json (bench/harness/src/bin/soak/figures.rs writes it).
+const SOAK_RECORD: &str = "bench/soak.json";
+
+struct Soak(Value);
+
+impl Soak {
+    fn load() -> Soak {
+        let soak = Soak(json(SOAK_RECORD));
+        assert_eq!(soak.0["interrupted"], false, "{SOAK_RECORD}: a run that was interrupted is never the record");
+        soak
+    }
+
+    fn count(&self, pointer: &str) -> u64 {
+        self.0
+            .pointer(pointer)
+            .and_then(Value::as_u64)
+            .unwrap_or_else(|| panic!("{SOAK_RECORD} has no count {pointer}"))
+    }
+
+    fn number(&self, pointer: &str) -> f64 {
+        self.0
+            .pointer(pointer)
+            .and_then(Value::as_f64)
+            .unwrap_or_else(|| panic!("{SOAK_RECORD} has no number {pointer}"))
+    }
+
+    fn text(&self, pointer: &str) -> &str {
+        self.0.pointer(pointer).and_then(Value::as_str).unwrap_or_else(|| panic!("{SOAK_RECORD} has no text {pointer}"))
+    }
+
+    /// "1,200 create, 800 delete": the counts of an object, in its order.
+    fn by_kind(&self, pointer: &str, unit: &dyn Fn(&str, u64) -> String) -> String {
+        let kinds = self.0.pointer(pointer).and_then(Value::as_object);
+        let kinds = kinds.unwrap_or_else(|| panic!("{SOAK_RECORD} has no object {pointer}"));
+        let parts: Vec<String> = kinds.iter().map(|(kind, n)| unit(kind, n.as_u64().unwrap_or_default())).collect();
+        parts.join(", ")
+    }
+}
+
+/// "3 min", "1 h", "1 h 5 min", "90 s": a run's length as a sentence says it.
+fn spoken_duration(seconds: u64) -> String {
+    match (seconds / 3600, seconds % 3600 / 60, seconds % 60) {
+        (0, 0, s) => format!("{s} s"),
+        (0, m, 0) => format!("{m} min"),
+        (0, m, s) => format!("{m} min {s} s"),
+        (h, 0, _) => format!("{h} h"),
+        (h, m, _) => format!("{h} h {m} min"),
+    }
+}
+
+/// "3 s", "500 ms": a timing as a sentence says it.
+fn spoken_ms(ms: u64) -> String {
+    if ms.is_multiple_of(1000) { format!("{} s", ms / 1000) } else { format!("{} ms", thousands(ms)) }
+}
+
+/// A figure with one decimal, as the record rounds it: 157.1, 4.0.
+fn tenths(x: f64) -> String {
+    format!("{x:.1}")
+}
+
+/// standby.md: what the committed soak did and what its oracle found.
+fn soak() -> String {
+    let r = Soak::load();
+    let writes = |kind: &str, n: u64| {
+        let what = match kind {
+            "create" => "creates",
+            "relabel" => "relabels",
+            "phase" => "phase changes",
+            "delete" => "deletes",
+            other => other,
+        };
+        format!("{} {what}", thousands(n))
+    };
+    let faults = |kind: &str, n: u64| format!("{} {kind}", thousands(n));
+    let left_out: Vec<&str> =
+        r.0["faults"]["left_out"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    let left_out = match left_out.as_slice() {
+        [] => String::new(),
+        names => format!("\nLeft out of this run: {}.", names.join(", ")),
+    };
+    let broken = |kind: &str| r.count(&format!("/violations/by_kind/{kind}"));
+    let (lost, unmarked, overlaps) = (broken("lost"), broken("unmarked duplicate"), broken("two leaders"));
+    let others = r.count("/violations/total") - lost - unmarked - overlaps;
+    let others = if others == 0 { String::new() } else { format!(", and {} other violations", thousands(others)) };
+    let verdict = if r.count("/violations/total") == 0 { "It passed" } else { "It failed" };
+    format!(
+        // One sentence a line: the page's source reads as it renders.
+        "The committed soak (`{SOAK_RECORD}`, started {started}, commit {commit}) ran for {ran}.\n\
+         Three replicas ran with `--leader-elect`: a lease of {lease}, a renew deadline of {renew}, a retry period of {retry}.\n\
+         A writer made {writes_total} changes to pods: {writes_by_kind}.\n\
+         {faults_total} faults came on a schedule: {faults_by_kind}.{left_out}\n\
+         The lead changed hands {changes} times.\n\
+         The leaders logged {events} event lines.\n\
+         {verdict}: the oracle counted {lost} lost lines, {unmarked} repeats without `replayed=true` and {overlaps} overlaps of two leaders{others}.\n\
+         {replayed} lines said `replayed=true`, {replayed_per} per leader change.\n\
+         {repeats} lines repeated one already logged, {repeats_per} per leader change.\n\
+         A write showed in its first line after {p50} ms at the median, and {p99} ms at the 99th percentile.\n\
+         To run it again: `{command}`.\n\
+         With `--record` in `ARGS`, a run becomes the record.\n",
+        started = r.text("/facts/started"),
+        commit = r.text("/facts/commit"),
+        ran = spoken_duration(r.count("/duration_s/ran")),
+        lease = spoken_ms(r.count("/lease_ms/duration")),
+        renew = spoken_ms(r.count("/lease_ms/renew_deadline")),
+        retry = spoken_ms(r.count("/lease_ms/retry_period")),
+        writes_total = thousands(r.count("/writes/total")),
+        writes_by_kind = r.by_kind("/writes/by_kind", &writes),
+        faults_total = thousands(r.count("/faults/total")),
+        faults_by_kind = r.by_kind("/faults/by_kind", &faults),
+        changes = thousands(r.count("/leader_changes")),
+        events = thousands(r.count("/event_lines")),
+        lost = thousands(lost),
+        unmarked = thousands(unmarked),
+        overlaps = thousands(overlaps),
+        replayed = thousands(r.count("/replayed_lines/total")),
+        replayed_per = tenths(r.number("/replayed_lines/per_leader_change")),
+        repeats = thousands(r.count("/repeats/total")),
+        repeats_per = tenths(r.number("/repeats/per_leader_change")),
+        p50 = thousands(r.number("/lag_ms/p50").round() as u64),
+        p99 = thousands(r.number("/lag_ms/p99").round() as u64),
+        command = r.text("/facts/command"),
+    )
+}
+
+/// standby.md: whether the committed soak ran the code as it is now.
+fn soak_age() -> String {
+    let r = Soak::load();
+    let commit = r.text("/facts/commit");
+    let now = git_tree("HEAD", "src")
+        .zip(git_tree("HEAD", "crates"))
+        .expect("the soak's age needs the git checkout (git rev-parse HEAD:src)");
+    match measured_trees(&r.0["facts"]) {
+        Some(ran) if ran == now => format!("This soak ran `src/` and `crates/` as they are now (commit {commit}).\n"),
+        Some(_) => format!(
+            "**This soak is older than the code.** It ran `src/` and `crates/` as they were at commit {commit}, and they\n\
+             have changed since, so its figures are of older code until `make soak DURATION=60m ARGS=--record` runs\n\
+             again.\n"
+        ),
+        None => format!(
+            "This soak cannot be tied to a tree of `src/` and `crates/` (commit {commit}): treat its figures as of older\n\
+             code until `make soak DURATION=60m ARGS=--record` runs again.\n"
         ),
     }
 }
@@ -1319,6 +1466,8 @@ const BLOCKS: &[Block] = &[
     ("bench-targets", "book/src/appendix/benchmarks.md", bench_targets),
     ("bench-summary", "book/src/appendix/benchmarks.md", bench_summary),
     ("bench-age", "book/src/appendix/benchmarks.md", bench_age),
+    ("soak", "book/src/appendix/standby.md", soak),
+    ("soak-age", "book/src/appendix/standby.md", soak_age),
     ("tour-count", "book/src/tour.md", tour_count),
     ("help-flags", "book/src/appendix/operations.md", help_flags),
     ("setup-times", "book/src/appendix/setup.md", setup_times),
@@ -1463,6 +1612,17 @@ mod common;
 
 fn common_manifest() -> Vec<Value> {
     common::manifest()
+}
+
+#[test]
+fn a_soak_says_its_timings_as_a_sentence_does() {
+    assert_eq!(spoken_duration(188), "3 min 8 s");
+    assert_eq!(spoken_duration(3600), "1 h");
+    assert_eq!(spoken_duration(3725), "1 h 2 min");
+    assert_eq!(spoken_duration(45), "45 s");
+    assert_eq!(spoken_ms(3000), "3 s");
+    assert_eq!(spoken_ms(1500), "1,500 ms");
+    assert_eq!(tenths(9.0), "9.0");
 }
 
 #[test]

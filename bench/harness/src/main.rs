@@ -19,6 +19,7 @@
 
 mod cluster;
 mod measure;
+mod measured;
 mod pair;
 mod peers;
 mod plot;
@@ -28,7 +29,6 @@ mod report;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -353,47 +353,19 @@ fn write_record(path: &std::path::Path, markdown: &str) {
 
 /// The facts results.md records, taken when the run starts.
 fn facts(server: String, opts: &Opts) -> Facts {
-    let run = |cmd: &str, args: &[&str]| {
-        Command::new(cmd)
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_else(|| "unknown".into())
-    };
-    let mut commit = run("git", &["rev-parse", "--short", "HEAD"]);
-    if !run("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty() {
-        commit.push_str(" (with uncommitted changes)");
-    }
-    // The trees of what ships, so the book can tell results of older code.
-    let tree = |dir: &str| run("git", &["rev-parse", &format!("HEAD:{dir}")]);
-    let code = format!("src/ {}, crates/ {}", tree("src"), tree("crates"));
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
-    let model = read("/proc/cpuinfo")
-        .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
-        .unwrap_or_else(|| "unknown CPU".into());
-    let mem_gib = read("/proc/meminfo")
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or("?".to_string(), |kib| format!("{:.1}", kib / 1024.0 / 1024.0));
+    // The commit and the trees of what ships, so the book can tell results of older code.
+    let code = measured::code();
     let command = std::env::var("BENCH_COMMAND").unwrap_or_else(|_| {
         let args: Vec<String> = std::env::args().skip(1).collect();
         format!("target/release/bench {}", args.join(" "))
     });
     let sizes: Vec<String> = opts.sizes.iter().map(|&n| thousands(n)).collect();
     Facts {
-        date: run("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
-        commit,
-        code,
-        machine: format!(
-            "{cpus} CPUs ({model}), {mem_gib} GiB RAM, Linux {}",
-            read("/proc/sys/kernel/osrelease").trim()
-        ),
-        load: format!("load average {}", read("/proc/loadavg").split(' ').take(3).collect::<Vec<_>>().join(" ")),
+        date: measured::date(),
+        commit: code.commit,
+        code: code.trees,
+        machine: measured::machine(),
+        load: measured::load(),
         server,
         command,
         parameters: format!(

@@ -29,12 +29,22 @@
 //! A replica that exits is started again, so three run. Every life of a
 //! replica writes its stdout and stderr to one file, OUT/replica-S.life-L.log;
 //! the faults go to OUT/faults.txt, the acknowledged writes to OUT/writes.tsv,
-//! the final list to OUT/final.tsv, the figures and violations to OUT/report.txt.
+//! the final list to OUT/final.tsv, the figures and violations to OUT/report.txt,
+//! and the same figures, with the code they measured, to OUT/report.json
+//! (figures.rs). With `--record`, a run that was not interrupted also copies
+//! report.json to bench/soak.json, the record the book's figures come from.
+//!
+//! It never hangs: every wait has a bound, and a watchdog ends the run (the
+//! replicas first) if it still runs [`OVERRUN`] past its duration. A setup
+//! failure is one line (`soak: error: ...`), and the replicas are stopped.
 
 #[allow(dead_code)]
 #[path = "../../cluster.rs"]
 mod cluster;
+mod figures;
 mod link;
+#[path = "../../measured.rs"]
+mod measured;
 mod oracle;
 #[allow(dead_code)]
 #[path = "../../process.rs"]
@@ -74,6 +84,14 @@ const WRITE_TICK: Duration = Duration::from_millis(33);
 /// outage of the watch (an API server restart, a relist) would never be seen,
 /// and rightly log nothing.
 const MIN_AGE_TO_DELETE: Duration = Duration::from_secs(20);
+/// How long past its duration the watchdog lets a run go before it ends it:
+/// room for the longest fault (an API server restart, up to about 5 min),
+/// the settles after it (up to 2 min, then 2 more), and stopping the replicas.
+const OVERRUN: Duration = Duration::from_secs(20 * 60);
+/// The time between two faults, unless `--gap` says otherwise.
+const DEFAULT_GAP: &str = "6s";
+/// Where `--record` copies report.json (relative to the repository, where bench/soak.sh runs it).
+const RECORD: &str = "bench/soak.json";
 
 #[derive(Parser, Debug)]
 #[command(about = "Chaos soak of demo-controller --leader-elect with an oracle (see bench/soak.sh)")]
@@ -83,7 +101,7 @@ struct Opts {
     duration: Duration,
 
     /// Time between the end of one fault (three replicas running, one leading) and the next
-    #[arg(long, default_value = "6s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = DEFAULT_GAP, value_parser = humantime::parse_duration)]
     gap: Duration,
 
     /// Only these faults, in this order, comma-separated [default: leader-kill,
@@ -107,6 +125,11 @@ struct Opts {
     /// The demo-controller binary
     #[arg(long, default_value = "target/debug/demo-controller")]
     demo_controller: PathBuf,
+
+    /// Also copy report.json to bench/soak.json, the committed record the
+    /// book's figures come from; only for a run that was not interrupted
+    #[arg(long)]
+    record: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -299,9 +322,10 @@ fn process_faults_env() -> &'static str {
     "DEMO_CONTROLLER_FAULTS"
 }
 
-/// The slot of the Lease's holder, if one holds it.
+/// The slot of the Lease's holder, if one holds it (None too when the API
+/// server does not answer within 5 s).
 async fn leader(leases: &Api<Lease>) -> Option<usize> {
-    let lease = leases.get_opt(LEASE).await.ok()??;
+    let lease = tokio::time::timeout(Duration::from_secs(5), leases.get_opt(LEASE)).await.ok()?.ok()??;
     let holder = lease.spec?.holder_identity?;
     holder.strip_prefix("soak-")?.split('_').next()?.parse().ok()
 }
@@ -435,7 +459,21 @@ fn pod(name: &str) -> Pod {
 
 #[tokio::main]
 async fn main() {
+    // A failure the soak cannot go on from (no cluster, a file it cannot
+    // write) is one line; unwinding then stops the replicas (Replicas::drop).
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let what = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("a panic")
+            .replace('\n', "; ");
+        let at = info.location().map(|l| format!(" (at {}:{})", l.file(), l.line())).unwrap_or_default();
+        say(format!("error: {what}{at}"));
+    }));
     let opts = Opts::parse();
+    watchdog(opts.duration + OVERRUN);
     if let Err(e) = std::fs::create_dir_all(&opts.out) {
         say(format!("error: cannot create {}: {e}", opts.out.display()));
         std::process::exit(1);
@@ -463,7 +501,44 @@ async fn main() {
     std::process::exit(code);
 }
 
+/// Ends the run, its replicas first, if it still runs `limit` after it
+/// started: a soak in `make test` must never hang.
+fn watchdog(limit: Duration) {
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        say(format!(
+            "error: still running {} after it started, so something hangs: killing the replicas and exiting",
+            humantime::format_duration(limit)
+        ));
+        for pid in process::LIVE.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            process::send_signal(*pid, "KILL");
+        }
+        std::process::exit(1);
+    });
+}
+
+/// The command that runs this soak again: `make soak DURATION=... ARGS=...`.
+fn command(opts: &Opts) -> String {
+    let mut args = Vec::new();
+    if !opts.faults.is_empty() {
+        let names: Vec<&str> = opts.faults.iter().map(|f| f.name()).collect();
+        args.push(format!("--faults={}", names.join(",")));
+    }
+    if humantime::parse_duration(DEFAULT_GAP).ok() != Some(opts.gap) {
+        args.push(format!("--gap={}", humantime::format_duration(opts.gap)));
+    }
+    let mut command = format!("make soak DURATION={}", humantime::format_duration(opts.duration));
+    match args.len() {
+        0 => {}
+        1 => command += &format!(" ARGS={}", args[0]),
+        _ => command += &format!(" ARGS='{}'", args.join(" ")),
+    }
+    command
+}
+
 async fn run(opts: &Opts, interrupted: &AtomicBool) -> i32 {
+    // The code it measures: the checkout bench/soak.sh built demo-controller from.
+    let code = measured::code();
     let client = cluster::client_for(&opts.kubeconfig).await;
     let control_plane = Arc::new(ControlPlane { dir: opts.cluster_dir.clone() });
     let namespace = cluster::namespace(&client, "soak").await;
@@ -505,8 +580,11 @@ async fn run(opts: &Opts, interrupted: &AtomicBool) -> i32 {
         replicas.start(slot);
     }
     if !settle(&mut replicas, &leases, Duration::from_secs(120), interrupted).await {
-        say("error: no replica became leader within 120 s");
         replicas.stop_all(None).await;
+        if interrupted.load(Ordering::SeqCst) {
+            return 130;
+        }
+        say("error: no replica became leader within 120 s");
         return 1;
     }
 
@@ -514,6 +592,30 @@ async fn run(opts: &Opts, interrupted: &AtomicBool) -> i32 {
     let writes = Arc::new(Mutex::new(Vec::new()));
     let writer = tokio::spawn(writer(client.clone(), namespace.clone(), stop.clone(), writes.clone()));
     let started = Instant::now();
+    let setup = figures::Setup {
+        started: measured::date(),
+        code,
+        machine: measured::machine(),
+        load: measured::load(),
+        command: command(opts),
+        // As the repository names it (bench/soak.sh passes an absolute path).
+        demo_controller: std::env::current_dir()
+            .ok()
+            .and_then(|here| opts.demo_controller.strip_prefix(here).ok().map(Path::to_path_buf))
+            .unwrap_or_else(|| opts.demo_controller.clone())
+            .display()
+            .to_string(),
+        replicas: REPLICAS,
+        lease_duration: LEASE_DURATION,
+        renew_deadline: humantime::parse_duration(RENEW_DEADLINE).expect("RENEW_DEADLINE is a duration"),
+        retry_period: humantime::parse_duration(RETRY_PERIOD).expect("RETRY_PERIOD is a duration"),
+        asked: opts.duration,
+        left_out: FAULTS
+            .iter()
+            .filter(|f| !opts.faults.is_empty() && !opts.faults.contains(f))
+            .map(|f| f.name())
+            .collect(),
+    };
     let mut faults: std::collections::BTreeMap<&str, usize> = Default::default();
     let mut next = 0;
     let mut fault_log = Vec::new();
@@ -558,8 +660,10 @@ async fn run(opts: &Opts, interrupted: &AtomicBool) -> i32 {
                 let (signal, compact) = if fault == Fault::ApiserverTerm { ("TERM", false) } else { ("KILL", true) };
                 let restart = tokio::task::spawn_blocking(move || cp.restart(signal, Duration::from_secs(10), compact));
                 // Replicas that exit meanwhile are started again (and may exit again, unable to connect).
+                // After a Ctrl-C `wait` returns at once: the restart is still waited for, without a busy loop.
                 while !restart.is_finished() {
                     wait(&mut replicas, Duration::from_millis(500), interrupted).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 if let Err(e) = restart.await {
                     say(format!("error: restarting kube-apiserver failed: {e}"));
@@ -578,27 +682,49 @@ async fn run(opts: &Opts, interrupted: &AtomicBool) -> i32 {
 
     stop.store(true, Ordering::SeqCst);
     let _ = writer.await;
-    if interrupted.load(Ordering::SeqCst) {
-        replicas.stop_all(None).await;
-        cluster::delete_namespaces(&client, std::slice::from_ref(&namespace)).await;
-        return 130;
+    if !interrupted.load(Ordering::SeqCst) {
+        say(format!("{}s: writes stopped; waiting for the lines to settle", started.elapsed().as_secs()));
+        settle(&mut replicas, &leases, Duration::from_secs(60), interrupted).await;
+        quiet(&mut replicas, Duration::from_secs(3), Duration::from_secs(60), interrupted).await;
     }
-    say(format!("{}s: writes stopped; waiting for the lines to settle", started.elapsed().as_secs()));
-    settle(&mut replicas, &leases, Duration::from_secs(60), interrupted).await;
-    quiet(&mut replicas, Duration::from_secs(3), Duration::from_secs(60)).await;
+    // A run cut short is reported too, but never recorded.
+    let cut_short = interrupted.load(Ordering::SeqCst);
+    let took = started.elapsed();
 
-    let finals = final_list(&client, &namespace).await;
+    let finals = match final_list(&client, &namespace).await {
+        Ok(finals) => finals,
+        Err(e) => {
+            say(format!("error: the final list of pods in {namespace}: {e}"));
+            replicas.stop_all(None).await;
+            return 1;
+        }
+    };
     let lead = leader(&leases).await;
     replicas.stop_all(lead).await;
     process::LIVE.lock().expect("live lock").clear();
     let writes = writes.lock().expect("writes lock").clone();
-    cluster::delete_namespaces(&client, std::slice::from_ref(&namespace)).await;
 
     let lives = read_lives(&replicas);
     let verdict = oracle::judge(&lives, &writes, &finals);
-    let report = report(opts, &writes, &faults, &fault_log, &lives, &verdict, started.elapsed());
+    let figures = figures::Figures::new(setup, took, cut_short, &writes, &faults, &fault_log, &lives, &verdict);
+    let report = figures.text();
     print!("{report}");
     save(&opts.out.join("report.txt"), report.as_bytes());
+    let record = serde_json::to_string_pretty(&figures.json()).unwrap_or_default() + "\n";
+    save(&opts.out.join("report.json"), record.as_bytes());
+    if opts.record {
+        if cut_short {
+            say(format!("not recorded in {RECORD}: the run was interrupted"));
+        } else if std::fs::write(RECORD, &record).is_ok() {
+            say(format!(
+                "recorded in {RECORD}: DEMO_CONTROLLER_BLESS=1 cargo test --test figures renders the book's figures \
+                 from it; commit both"
+            ));
+        } else {
+            say(format!("error: cannot write {RECORD} (run from the repository, as bench/soak.sh does)"));
+            return 1;
+        }
+    }
     let faults_txt: String = fault_log.iter().map(|(at, _, line)| format!("{} {line}\n", oracle::stamp(*at))).collect();
     save(&opts.out.join("faults.txt"), faults_txt.as_bytes());
     let writes_tsv: String =
@@ -607,7 +733,13 @@ async fn run(opts: &Opts, interrupted: &AtomicBool) -> i32 {
     let finals_tsv: String =
         finals.iter().map(|p| format!("{}\t{}\t{}\tgen={}\n", p.name, p.uid, p.phase, p.gen_label)).collect();
     save(&opts.out.join("final.tsv"), finals_tsv.as_bytes());
-    i32::from(!verdict.violations.is_empty())
+    // Tidiness only (bench/soak.sh removes the control plane): a failure here
+    // is said in one line and changes neither the report nor the exit code.
+    let tidy = tokio::spawn(async move { cluster::delete_namespaces(&client, std::slice::from_ref(&namespace)).await });
+    if !matches!(tokio::time::timeout(Duration::from_secs(30), tidy).await, Ok(Ok(()))) {
+        say("could not delete the soak's namespace within 30 s; going on");
+    }
+    if cut_short { 130 } else { i32::from(!verdict.violations.is_empty()) }
 }
 
 fn save(path: &Path, bytes: &[u8]) {
@@ -638,8 +770,8 @@ async fn settle(replicas: &mut Replicas, leases: &Api<Lease>, timeout: Duration,
     false
 }
 
-/// Waits until no replica's log grew for `quiet` (at most `timeout`).
-async fn quiet(replicas: &mut Replicas, quiet: Duration, timeout: Duration) {
+/// Waits until no replica's log grew for `quiet` (at most `timeout`, and no longer after a Ctrl-C).
+async fn quiet(replicas: &mut Replicas, quiet: Duration, timeout: Duration, interrupted: &AtomicBool) {
     let size = |r: &Replicas| -> u64 {
         (0..REPLICAS)
             .filter_map(|s| r.running[s].as_ref().map(|run| r.log(s, run.life)))
@@ -648,7 +780,7 @@ async fn quiet(replicas: &mut Replicas, quiet: Duration, timeout: Duration) {
     };
     let deadline = Instant::now() + timeout;
     let (mut last, mut since) = (size(replicas), Instant::now());
-    while Instant::now() < deadline && since.elapsed() < quiet {
+    while Instant::now() < deadline && since.elapsed() < quiet && !interrupted.load(Ordering::SeqCst) {
         tokio::time::sleep(Duration::from_millis(200)).await;
         replicas.reap(true);
         let now = size(replicas);
@@ -658,12 +790,23 @@ async fn quiet(replicas: &mut Replicas, quiet: Duration, timeout: Duration) {
     }
 }
 
-async fn final_list(client: &Client, namespace: &str) -> Vec<FinalPod> {
-    let list = Api::<Pod>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("the final list of pods in {namespace}: {e}"));
-    list.items
+/// The API server's list of the pods, the oracle's final state (tried for up to 30 s).
+async fn final_list(client: &Client, namespace: &str) -> Result<Vec<FinalPod>, String> {
+    let api = Api::<Pod>::namespaced(client.clone(), namespace);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let list = loop {
+        let error = match tokio::time::timeout(Duration::from_secs(10), api.list(&ListParams::default())).await {
+            Ok(Ok(list)) => break list,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "no answer within 10 s".to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(error);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    Ok(list
+        .items
         .iter()
         .map(|p| FinalPod {
             uid: p.uid().unwrap_or_default(),
@@ -671,7 +814,7 @@ async fn final_list(client: &Client, namespace: &str) -> Vec<FinalPod> {
             phase: p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default(),
             gen_label: p.labels().get("gen").cloned().unwrap_or_default(),
         })
-        .collect()
+        .collect())
 }
 
 fn read_lives(replicas: &Replicas) -> Vec<Life> {
@@ -686,81 +829,25 @@ fn read_lives(replicas: &Replicas) -> Vec<Life> {
         .collect()
 }
 
-fn report(
-    opts: &Opts,
-    writes: &[Write],
-    faults: &std::collections::BTreeMap<&str, usize>,
-    fault_log: &[(Micros, &str, String)],
-    lives: &[Life],
-    v: &oracle::Verdict,
-    took: Duration,
-) -> String {
-    use std::fmt::Write as _;
-    let count = |f: fn(&WriteKind) -> bool| writes.iter().filter(|w| f(&w.kind)).count();
-    let mut r = String::new();
-    let secs = took.as_secs_f64();
-    let _ = writeln!(
-        r,
-        "soak: {} run, {REPLICAS} replicas of {}",
-        humantime::format_duration(Duration::from_secs(took.as_secs())),
-        opts.demo_controller.display()
-    );
-    let _ = writeln!(
-        r,
-        "writes: {} ({:.1}/s): create {}, relabel {}, phase {}, delete {}",
-        writes.len(),
-        writes.len() as f64 / secs,
-        count(|k| *k == WriteKind::Create),
-        count(|k| matches!(k, WriteKind::Relabel(_))),
-        count(|k| matches!(k, WriteKind::Phase(_))),
-        count(|k| *k == WriteKind::Delete),
-    );
-    let kinds: Vec<String> = faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
-    let _ = writeln!(r, "faults: {}: {}", faults.values().sum::<usize>(), kinds.join(", "));
-    let exits = |f: fn(&Exit) -> bool| lives.iter().filter(|l| f(&l.exit)).count();
-    let _ = writeln!(
-        r,
-        "replica lives: {} (restarts: {}); exits: killed by the soak {}, 0 {}, 1 {}, other {}",
-        lives.len(),
-        lives.len().saturating_sub(REPLICAS),
-        exits(|e| *e == Exit::KilledBySoak),
-        exits(|e| *e == Exit::Code(0)),
-        exits(|e| *e == Exit::Code(1)),
-        exits(|e| !matches!(e, Exit::KilledBySoak | Exit::Code(0 | 1))),
-    );
-    let _ = writeln!(r, "leader changes: {} ({} terms)", v.leader_changes(), v.terms);
-    let _ = writeln!(
-        r,
-        "event lines: {}, replayed: {} ({:.1}%), replays per leader change: {:.1}",
-        v.event_lines,
-        v.replayed_lines,
-        100.0 * v.replayed_lines as f64 / v.event_lines.max(1) as f64,
-        v.replayed_lines as f64 / v.leader_changes().max(1) as f64
-    );
-    let _ = writeln!(
-        r,
-        "repeats (lines logged before, each must say replayed=true): {}, per leader change: {:.1}",
-        v.repeats,
-        v.repeats as f64 / v.leader_changes().max(1) as f64
-    );
-    let _ = writeln!(
-        r,
-        "lag, write acknowledged to its first line ({} of {} writes shown by a line of their own): p50 {:.0} ms, p99 {:.0} ms",
-        v.lags_ms.len(),
-        writes.len(),
-        oracle::percentile(&v.lags_ms, 50.0),
-        oracle::percentile(&v.lags_ms, 99.0)
-    );
-    let _ = writeln!(r, "violations: {}", v.violations.len());
-    for violation in &v.violations {
-        // The fault before it, if any: where to start reading the logs.
-        let after = violation.at.and_then(|at| fault_log.iter().rev().find(|(t, _, _)| *t <= at).map(|f| (at, f)));
-        let after = after
-            .map(|(at, (t, name, _))| {
-                format!(" [{:.2} s after {name} at {}]", (at - t) as f64 / 1e6, oracle::stamp(*t))
-            })
-            .unwrap_or_default();
-        let _ = writeln!(r, "  {}{after}", violation.text);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(args: &[&str]) -> Opts {
+        let fixed = ["soak", "--kubeconfig", "kc", "--cluster-dir", "dir"];
+        Opts::parse_from(fixed.iter().chain(args))
     }
-    r
+
+    #[test]
+    fn the_record_names_the_command_that_runs_it_again() {
+        assert_eq!(command(&opts(&[])), "make soak DURATION=10m");
+        assert_eq!(
+            command(&opts(&["--duration", "60m", "--faults=leader-kill,apiserver-kill", "--record"])),
+            "make soak DURATION=1h ARGS=--faults=leader-kill,apiserver-kill"
+        );
+        assert_eq!(
+            command(&opts(&["--duration", "3m", "--faults", "leader-term", "--gap", "10s", "--out", "x"])),
+            "make soak DURATION=3m ARGS='--faults=leader-term --gap=10s'"
+        );
+    }
 }

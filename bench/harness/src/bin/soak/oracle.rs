@@ -113,16 +113,60 @@ pub struct FinalPod {
     pub gen_label: String,
 }
 
+/// Which promise a violation broke: the report counts the violations of each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Broken {
+    /// No onAdd for a pod created, or no onDelete for a pod deleted.
+    Lost,
+    /// A line that repeats an earlier one without `replayed=true`.
+    UnmarkedDuplicate,
+    /// Two replicas' leading intervals overlap.
+    TwoLeaders,
+    /// A replica logged an event line while not leading.
+    StandbyNotSilent,
+    /// A live pod's last line does not show its final state.
+    FinalState,
+    /// A replica exited without its reason line.
+    NoReasonLine,
+    Panic,
+}
+
+impl Broken {
+    pub const ALL: [Broken; 7] = [
+        Broken::Lost,
+        Broken::UnmarkedDuplicate,
+        Broken::TwoLeaders,
+        Broken::StandbyNotSilent,
+        Broken::FinalState,
+        Broken::NoReasonLine,
+        Broken::Panic,
+    ];
+
+    /// Its name in report.json.
+    pub fn name(self) -> &'static str {
+        match self {
+            Broken::Lost => "lost",
+            Broken::UnmarkedDuplicate => "unmarked duplicate",
+            Broken::TwoLeaders => "two leaders",
+            Broken::StandbyNotSilent => "standby not silent",
+            Broken::FinalState => "final state",
+            Broken::NoReasonLine => "no reason line",
+            Broken::Panic => "panic",
+        }
+    }
+}
+
 /// A broken promise, with when it happened if the lines tell (to find the fault before it).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Violation {
+    pub broken: Broken,
     pub at: Option<Micros>,
     pub text: String,
 }
 
 impl Violation {
-    fn new(at: Option<Micros>, text: String) -> Violation {
-        Violation { at, text }
+    fn new(broken: Broken, at: Option<Micros>, text: String) -> Violation {
+        Violation { broken, at, text }
     }
 }
 
@@ -174,7 +218,7 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
         let mut leading: Option<Term> = None;
         for line in &life.lines {
             if line.message.contains("panicked at") {
-                v.violations.push(Violation::new(line.at, format!("panic in {who}: {}", line.message)));
+                v.violations.push(Violation::new(Broken::Panic, line.at, format!("panic in {who}: {}", line.message)));
             }
             if line.message == "became leader" {
                 terms.extend(leading.take());
@@ -188,6 +232,7 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
                 match leading.as_mut() {
                     Some(t) => t.last_event = at,
                     None => v.violations.push(Violation::new(
+                        Broken::StandbyNotSilent,
                         Some(at),
                         format!(
                             "standby not silent: {who} logged '{}' (uid {}) at {} while not leading",
@@ -212,6 +257,7 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
         for b in &terms[i + 1..] {
             if b.start <= a.last_event {
                 v.violations.push(Violation::new(
+                    Broken::TwoLeaders,
                     Some(b.start),
                     format!(
                         "two leaders: {} logged until {}, but {} became leader at {}",
@@ -243,6 +289,7 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
         v.repeats += usize::from(repeat);
         if repeat && !e.line.replayed {
             v.violations.push(Violation::new(
+                Broken::UnmarkedDuplicate,
                 Some(e.at),
                 format!(
                     "unmarked duplicate: {} logged '{}' (uid {uid}{}) again at {} without replayed=true",
@@ -270,12 +317,14 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
     for (&uid, why) in &created {
         if !has(uid, "onAdd") {
             v.violations.push(Violation::new(
+                Broken::Lost,
                 created_at.get(uid).copied(),
                 format!("lost: no onAdd for pod uid {uid} ({why})"),
             ));
         }
         if !live.contains_key(uid) && !has(uid, "onDelete") {
             v.violations.push(Violation::new(
+                Broken::Lost,
                 None,
                 format!("lost: no onDelete for pod uid {uid} (created, gone from the final list)"),
             ));
@@ -289,6 +338,7 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
         let l = last.line;
         if l.event() == Some("onDelete") {
             v.violations.push(Violation::new(
+                Broken::FinalState,
                 None,
                 format!(
                     "final state: pod {} (uid {}) exists, but its last line is '{}' ({} at {})",
@@ -301,6 +351,7 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
             ));
         } else if l.phase.as_deref() != Some(p.phase.as_str()) {
             v.violations.push(Violation::new(
+                Broken::FinalState,
                 None,
                 format!(
                     "final state: pod {} (uid {}) is {}, but its last line says phase {} ({} at {})",
@@ -325,6 +376,7 @@ pub fn judge(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Verdict {
         }
         if let Some(g) = shown.filter(|g| *g != p.gen_label) {
             v.violations.push(Violation::new(
+                Broken::FinalState,
                 None,
                 format!(
                     "final state: pod {} (uid {}) has gen={}, but its last label change says gen={g}",
@@ -386,6 +438,7 @@ fn check_exit(life: &Life, violations: &mut Vec<Violation>) {
     if !ok {
         let tail: Vec<&str> = life.lines.iter().rev().take(3).rev().map(|l| l.message.as_str()).collect();
         violations.push(Violation::new(
+            Broken::NoReasonLine,
             life.lines.last().and_then(|l| l.at),
             format!("{} exited ({:?}) without its reason line; its last lines: {tail:?}", life.name(), life.exit),
         ));
@@ -468,6 +521,11 @@ mod tests {
         judge(lives, writes, finals).violations.into_iter().map(|v| v.text).collect()
     }
 
+    /// Which promises the violations broke, as the report counts them.
+    fn broken(lives: &[Life], writes: &[Write], finals: &[FinalPod]) -> Vec<Broken> {
+        judge(lives, writes, finals).violations.into_iter().map(|v| v.broken).collect()
+    }
+
     #[test]
     fn a_clean_run_passes_with_its_figures() {
         let (lives, writes, finals) = clean();
@@ -502,6 +560,7 @@ mod tests {
         let (mut lives, writes, finals) = clean();
         lives[0].lines.remove(4); // onAdd b
         assert_eq!(violations(&lives, &writes, &finals), ["lost: no onAdd for pod uid b (created)"]);
+        assert_eq!(broken(&lives, &writes, &finals), [Broken::Lost]);
         // A pod the writer never heard of (its create's answer was lost) is expected too.
         let (lives, writes, mut finals) = clean();
         finals.push(pod("c", "Pending", "0"));
@@ -521,6 +580,7 @@ mod tests {
         let v = violations(&lives, &writes, &finals);
         assert_eq!(v.len(), 2, "{v:?}");
         assert!(v[0].starts_with("unmarked duplicate: replica 2 life 0 logged 'onAdd: ns/b' (uid b) again"), "{v:?}");
+        assert_eq!(broken(&lives, &writes, &finals), [Broken::UnmarkedDuplicate; 2]);
         for l in &mut second[1..] {
             l.replayed = true;
         }
@@ -536,6 +596,7 @@ mod tests {
         let v = violations(&lives, &writes, &[pod("b", "Succeeded", "0")]);
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].starts_with("final state: pod p-b (uid b) is Succeeded, but its last line says phase Running"));
+        assert_eq!(broken(&lives, &writes, &[pod("b", "Succeeded", "0")]), [Broken::FinalState]);
         let (mut lives, writes, finals) = clean();
         lives[0].lines.insert(6, event(7 * S, "onUpdate", "b", "Running", Some("label gen=0 -> gen=5")));
         let v = violations(&lives, &writes, &finals);
@@ -558,6 +619,7 @@ mod tests {
         let v = violations(&lives, &writes, &finals);
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].starts_with("two leaders: replica 0 life 0 logged until 1970-01-01T00:00:06"), "{v:?}");
+        assert_eq!(broken(&lives, &writes, &finals), [Broken::TwoLeaders]);
         // When: the second term's start, for the report to name the fault before it.
         assert_eq!(judge(&lives, &writes, &finals).violations[0].at, Some(5 * S + 1));
         // Taking over after the last line of the first is no overlap, even before its stop line.
@@ -572,6 +634,7 @@ mod tests {
         let v = violations(&lives, &writes, &finals);
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].starts_with("standby not silent: replica 1 life 0 logged 'onUpdate: ns/b' (uid b)"), "{v:?}");
+        assert_eq!(broken(&lives, &writes, &finals), [Broken::StandbyNotSilent]);
         // After its stop line a leader is a standby too.
         let (mut lives, writes, finals) = clean();
         lives[0].lines.insert(7, event(9 * S, "onUpdate", "b", "Running", Some("label gen=0 -> gen=0")));
@@ -586,6 +649,7 @@ mod tests {
         let v = violations(&lives, &writes, &finals);
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].starts_with("replica 1 life 0 exited (Code(0)) without its reason line"), "{v:?}");
+        assert_eq!(broken(&lives, &writes, &finals), [Broken::NoReasonLine]);
         lives[1].exit = Exit::KilledBySoak;
         assert_eq!(violations(&lives, &writes, &finals), Vec::<String>::new());
         lives[1].exit = Exit::Code(1);
@@ -603,5 +667,6 @@ mod tests {
         let v = violations(&lives, &writes, &finals);
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].starts_with("panic in replica 1 life 0: thread"), "{v:?}");
+        assert_eq!(broken(&lives, &writes, &finals), [Broken::Panic]);
     }
 }
