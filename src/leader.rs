@@ -93,6 +93,11 @@ pub const MARK: &str = "demo-controller.example.com/logged-up-to";
 /// `replayed=true`. Any write by a holder removes it.
 pub const RELEASED: &str = "demo-controller.example.com/released";
 
+/// How many retry periods more than a standby that saw the last holder a
+/// replica that saw none waits for a missing lease ([`Observer`]): the standby
+/// may find the deletion a retry period late, and its reads take time too.
+pub const GRACE_RETRIES: u32 = 3;
+
 /// client-go's `JitterFactor`: the renew deadline must leave room for one
 /// retry period stretched by this much.
 pub const JITTER_FACTOR: f64 = 1.2;
@@ -202,9 +207,9 @@ pub enum Step {
 /// release stamp, is not free at once: it may have been deleted or cleared
 /// by hand, and its holder logs until its next renew finds out. So it is
 /// waited out for that holder's lease duration (at least ours). A replica
-/// that never saw a holder waits two retry periods more (`grace`): a
-/// standby that followed the last leader keeps what that leader may not
-/// have logged, and so takes the Lease first.
+/// that never saw a holder waits [`GRACE_RETRIES`] retry periods more
+/// (`grace`): a standby that followed the last leader keeps what that
+/// leader may not have logged, and so should take the Lease first.
 #[derive(Debug, Default)]
 pub struct Observer {
     observed: Option<(Record, Instant)>,
@@ -220,6 +225,12 @@ pub struct Observer {
 impl Observer {
     pub fn new(floor: Duration, grace: Duration) -> Observer {
         Observer { floor, grace, ..Observer::default() }
+    }
+
+    /// Our create of a missing lease lost to another's: if it is missing
+    /// again at the next read, it was deleted again, a new wait.
+    pub fn created_by_another(&mut self) {
+        self.missing = None;
     }
 
     pub fn step(&mut self, me: &str, lease: Option<&Record>, now: Instant) -> Step {
@@ -879,9 +890,9 @@ pub struct Elector {
     mark: Option<u64>,
     /// The holder we last said we stand by for (said once per holder).
     standing_by: Option<String>,
-    /// We said we wait out a lease deleted or cleared by hand (said once
-    /// per such wait).
-    waiting_out: bool,
+    /// The wait for a lease deleted or cleared by hand we said we are in:
+    /// its last holder and how (said once per such wait).
+    waiting_out: Option<(String, &'static str)>,
     /// The last try failed: the next failures say nothing until a try
     /// reaches the lease again (leading or not), so an outage is one line.
     failing: bool,
@@ -934,10 +945,10 @@ impl Elector {
             gate,
             queue,
             position,
-            observer: Observer::new(timings.lease_duration, 2 * timings.retry_period),
+            observer: Observer::new(timings.lease_duration, GRACE_RETRIES * timings.retry_period),
             mark: None,
             standing_by: None,
-            waiting_out: false,
+            waiting_out: None,
             failing: false,
             attempt: Instant::now(),
             joined: None,
@@ -1059,8 +1070,10 @@ impl Elector {
                 Err(_) => {}
             }
             // The workers start once we lead or know the leader's mark (see
-            // Gate::decided); a lease duration without one is enough waiting.
-            self.gate.decide(first_read.elapsed() >= self.timings.lease_duration);
+            // Gate::decided); a lease duration without one is enough waiting,
+            // unless we wait out a missing or cleared lease to take it: their
+            // lines would only be kept, and dropped past the bound.
+            self.gate.decide(first_read.elapsed() >= self.timings.lease_duration && self.waiting_out.is_none());
             if leading && last_renew.elapsed() >= self.timings.renew_deadline {
                 // No line after this one: the gate closes before a standby
                 // can take the lease (renew deadline < lease duration).
@@ -1146,9 +1159,10 @@ impl Elector {
                 return Ok(Tried::Lost("the lease was deleted".into()));
             }
             if let Step::Vacated { holder, left } = self.observer.step(&self.me, None, Instant::now()) {
-                self.wait_out(&holder, left, "deleted");
+                self.wait_out(holder, left, "deleted");
                 return Ok(Tried::NotHolding);
             }
+            self.waiting_out = None;
             // A lease that is gone after we saw one held was deleted by
             // hand: that is no release, and its holder may have logged
             // past its last mark.
@@ -1160,7 +1174,12 @@ impl Elector {
                     self.lose_take_answer().await;
                     Ok(self.became_leader(None, released, &created))
                 }
-                Err(kube::Error::Api(e)) if e.code == 409 => Ok(Tried::NotHolding), // another candidate was faster
+                // Another candidate was faster: should the lease be gone
+                // again at our next read, that is a new deletion to wait out.
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    self.observer.created_by_another();
+                    Ok(Tried::NotHolding)
+                }
                 Err(e) => Err(("create", e)),
             };
         };
@@ -1175,12 +1194,12 @@ impl Elector {
         }
         let step = self.observer.step(&self.me, Some(&record), Instant::now());
         if !matches!(step, Step::Vacated { .. }) {
-            self.waiting_out = false;
+            self.waiting_out = None;
         }
         match step {
             Step::Create => Ok(Tried::NotHolding),
             Step::Vacated { holder, left } => {
-                self.wait_out(&holder, left, "cleared");
+                self.wait_out(holder, left, "cleared");
                 self.gate.follow(record.mark);
                 Ok(Tried::NotHolding)
             }
@@ -1239,10 +1258,13 @@ impl Elector {
     /// The lease was `how` (deleted, or its holder cleared) with no release
     /// stamp: said once, while we wait `left` before taking it (see
     /// [`Observer`]).
-    fn wait_out(&mut self, holder: &str, left: Duration, how: &str) {
-        if std::mem::replace(&mut self.waiting_out, true) {
+    fn wait_out(&mut self, holder: String, left: Duration, how: &'static str) {
+        let now = Some((holder, how));
+        if self.waiting_out == now {
             return;
         }
+        self.waiting_out = now;
+        let holder = self.waiting_out.as_ref().map_or("", |(h, _)| h.as_str());
         let left = humantime::format_duration(Duration::from_millis(left.as_millis() as u64));
         if holder.is_empty() {
             info!(
@@ -1547,6 +1569,18 @@ mod tests {
         let mut observer = Observer::new(s(2), s(1));
         observer.step("baz", Some(&record), start);
         assert_eq!(observer.step("baz", Some(&released), start + s(1)), Step::Take { transitions: 1 });
+    }
+
+    #[test]
+    fn a_lease_deleted_again_after_another_created_it_is_a_new_wait() {
+        let (s, start) = (Duration::from_secs, Instant::now());
+        let mut observer = Observer::new(s(2), s(1));
+        observer.step("baz", Some(&Record { lease_duration: s(2), ..held_by("bing") }), start);
+        assert_eq!(observer.step("baz", None, start), vacated("bing", 2));
+        assert_eq!(observer.step("baz", None, start + s(2)), Step::Create);
+        // Our create lost to qux's, which was deleted again before our next read.
+        observer.created_by_another();
+        assert_eq!(observer.step("baz", None, start + s(3)), vacated("bing", 2));
     }
 
     #[test]

@@ -89,9 +89,9 @@ async fn runs_in_cluster_with_the_manifest_rbac() {
     let logger = Logger::spawn(cmd, &[]);
     // The manifest's Role lets it create the Lease of its own namespace
     // (read from the namespace file, as in a pod). Finding none, it first
-    // waits a lease duration and two retry periods (15s + 4s): the Lease may
+    // waits a lease duration and three retry periods (15s + 6s): the Lease may
     // have been deleted by hand while another replica led.
-    let waits = "no holder of the lease seen yet: waiting 19s before taking it, so that a standby that followed an earlier leader takes it first";
+    let waits = "no holder of the lease seen yet: waiting 21s before taking it, so that a standby that followed an earlier leader takes it first";
     logger.wait_message(waits, Duration::from_secs(30)).await;
     let leads = logger.wait_message("became leader", Duration::from_secs(60)).await;
     assert_eq!(

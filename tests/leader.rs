@@ -279,9 +279,11 @@ async fn held_by_someone_else(client: &kube::Client, ns: &str) -> Api<Lease> {
 }
 
 /// The Lease `demo-controller` in `ns`, released: no holder, the release
-/// stamp. A candidate takes it at its first try; without it, the first
-/// candidate would wait out a Lease that may have been deleted by hand (a
-/// lease duration and two retry periods: minutes with OUTLASTING).
+/// stamp. A candidate takes it without waiting it out (but for two retry
+/// periods of deference when its first list holds pods the mark does not
+/// cover); without it, the first candidate would wait out a Lease that may
+/// have been deleted by hand (a lease duration and three retry periods:
+/// minutes with OUTLASTING).
 async fn released_lease(client: &kube::Client, ns: &str) {
     let lease = Lease {
         metadata: ObjectMeta {
@@ -740,13 +742,15 @@ async fn a_deleted_lease_goes_to_the_standby_that_followed_the_leader_not_to_a_f
     // new process (its container restarted) that never saw a holder. A pod
     // deleted in the gap, while nobody led, is known only to the standby,
     // which kept its line: the standby must lead, not the fresh replica.
+    // HELD's 10 s lease: the standby waits 10 s from the deletion, the fresh
+    // replica 13 s from its first read, which comes after the deletion.
     let c = cluster().await;
     let ns = namespace(&c.client, "fresh-after-delete").await;
     released_lease(&c.client, &ns).await;
-    let mut a = candidate(&c.kubeconfig, &ns);
+    let mut a = candidate_timed(&c.kubeconfig, &ns, HELD, &[]);
     let a_id = leads(&a).await;
     a.synced().await;
-    let b = candidate(&c.kubeconfig, &ns);
+    let b = candidate_timed(&c.kubeconfig, &ns, HELD, &[]);
     b.wait_message(&format!("standing by: {a_id} leads"), T).await;
     b.synced().await;
     let gone = create(&c.client, &ns, "gone", &[]).await;
@@ -758,13 +762,13 @@ async fn a_deleted_lease_goes_to_the_standby_that_followed_the_leader_not_to_a_f
         .expect("delete lease");
     assert_eq!(a.wait_exit(T).await.code(), Some(1), "{}", a.dump());
     delete(&c.client, &ns, "gone").await;
-    let again = candidate(&c.kubeconfig, &ns);
+    let again = candidate_timed(&c.kubeconfig, &ns, HELD, &[]);
     again.synced().await;
     let b_id = leads(&b).await;
     again.wait_message(&format!("standing by: {b_id} leads"), T).await;
     let deletes = b.wait_message(&format!("onDelete: {ns}/gone"), T).await;
     assert_eq!(deletes["replayed"], true, "no release: it may repeat, and says so: {deletes}");
-    let waited = "no holder of the lease seen yet: waiting 4s before taking it, so that a standby that followed an earlier leader takes it first";
+    let waited = "no holder of the lease seen yet: waiting 13s before taking it, so that a standby that followed an earlier leader takes it first";
     assert!(again.lines().iter().any(|v| v["message"] == waited), "no `{waited}`:\n{}", again.dump());
     silent_until_it_leads(&again);
     assert!(again.events(&ns).is_empty(), "{}", again.dump());

@@ -36,9 +36,10 @@ pub async fn measure(client: &Client, bins: &Binaries, n: usize, s: &Settings<'_
     // from, and on a cluster with a namespace controller, Ctrl-C's cleanup of
     // the namespace takes the Lease with it.
     let lease_ns = cluster::namespace(client, "bench-lease").await;
-    // Released, so the leader takes it at its first try: a Lease it finds
-    // missing it waits out (a lease duration and two retry periods), as one
-    // deleted by hand may still have a leader.
+    // Released, so the leader takes it without waiting it out (but for two
+    // retry periods of deference: its first list holds pods no mark covers);
+    // a Lease it finds missing it waits out (a lease duration and three retry
+    // periods), as one deleted by hand may still have a leader.
     let released = Lease {
         metadata: ObjectMeta {
             name: Some("demo-controller".into()),
