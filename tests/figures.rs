@@ -425,6 +425,53 @@ fn soak() -> String {
     )
 }
 
+/// What `--leader-elect` promises, one sentence per check of the soak's
+/// oracle, by the name the record counts its violations under. The README
+/// and chapter 6 state the first two in these words
+/// (`the_promises_are_stated_in_the_words_the_soak_checks`).
+const PROMISES: &[(&str, &str)] = &[
+    ("lost", "A failover loses no change."),
+    ("unmarked duplicate", "A line that may come twice says `replayed=true`."),
+    ("two leaders", "Two replicas never log at once."),
+    ("standby not silent", "A standby writes no event line."),
+    ("final state", "Each pod's last line shows its last state."),
+    ("no reason line", "A replica that exits says why."),
+    ("panic", "No replica panics."),
+];
+
+/// standby.md: the promises, each with what the committed soak counted
+/// against it. Every check the record counts has its sentence here.
+fn soak_promises() -> String {
+    let r = Soak::load();
+    let kinds = r.0.pointer("/violations/by_kind").and_then(Value::as_object).expect("violations by kind");
+    for kind in kinds.keys() {
+        assert!(PROMISES.iter().any(|(k, _)| k == kind), "the soak checks '{kind}': PROMISES needs its sentence");
+    }
+    let mut out = String::new();
+    for (kind, promise) in PROMISES {
+        let count = kinds.get(*kind).and_then(Value::as_u64);
+        let count = count
+            .unwrap_or_else(|| panic!("{SOAK_RECORD} counts no violations of '{kind}': the soak no longer checks it"));
+        let promise = promise.trim_end_matches('.');
+        out += &format!("- {promise} ({} violations in the committed soak).\n", thousands(count));
+    }
+    out
+}
+
+#[test]
+fn the_promises_are_stated_in_the_words_the_soak_checks() {
+    for (kind, page) in [
+        ("lost", "README.md"),
+        ("unmarked duplicate", "README.md"),
+        ("unmarked duplicate", "book/src/ch6-two-replicas.md"),
+    ] {
+        let promise = PROMISES.iter().find(|(k, _)| *k == kind).map(|(_, p)| *p).expect("a promise");
+        // A page may wrap a sentence: compare with the line breaks as spaces.
+        let text = read(page).split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(text.contains(promise), "{page} does not state, in these words, what the soak checks: {promise}");
+    }
+}
+
 /// standby.md: whether the committed soak ran the code as it is now.
 fn soak_age() -> String {
     let r = Soak::load();
@@ -1477,6 +1524,7 @@ const BLOCKS: &[Block] = &[
     ("bench-age", "book/src/appendix/benchmarks.md", bench_age),
     ("soak", "book/src/appendix/standby.md", soak),
     ("soak-age", "book/src/appendix/standby.md", soak_age),
+    ("soak-promises", "book/src/appendix/standby.md", soak_promises),
     ("tour-count", "book/src/tour.md", tour_count),
     ("help-flags", "book/src/appendix/operations.md", help_flags),
     ("setup-times", "book/src/appendix/setup.md", setup_times),
