@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 
 use crate::cluster::{ControlPlane, NAMESPACES};
-use crate::measure::{Measurement, Settings, percentile};
+use crate::measure::{Measurement, SERVER_TRIES, Settings, percentile};
 use crate::peers::{ALL, Binaries, Peer};
 use crate::report::{Facts, Results, SizeRow, thousands};
 
@@ -311,7 +311,9 @@ fn estimate(opts: &Opts, peers: &[Peer]) -> String {
                 let relist = if opts.cluster_dir.is_some() { 20.0 + n / 5_000.0 } else { 0.0 };
                 // The pair has no burst, but a second process to sync.
                 let burst = if p.is_logger() { opts.burst as f64 / 150.0 } else { 3.0 + n / 5_000.0 };
-                secs += wait + burst + 5.0 + relist;
+                // A logger syncs twice more, for kube-apiserver's cost.
+                let tries = if p.is_logger() { (SERVER_TRIES - 1) as f64 * (3.0 + n / 5_000.0) } else { 0.0 };
+                secs += wait + burst + 5.0 + relist + tries;
             }
         }
     }
