@@ -141,10 +141,27 @@ fn points(bench: &Bench, metric: &str) -> Vec<(f64, f64)> {
     bench.sizes().into_iter().map(|n| (n as f64, bench.demo_max(n, metric))).collect()
 }
 
-/// Linear interpolation of `points` at `pods` (which must lie within them).
+/// Linear interpolation of `points` at `pods`; past the largest size
+/// measured, the last segment extended: an estimate, which the pages say
+/// (`extended_past`), until a run measures that size (`--with-100k`).
 fn interpolate(points: &[(f64, f64)], pods: f64) -> f64 {
-    let w = points.windows(2).find(|w| w[0].0 <= pods && pods <= w[1].0).expect("pods within the measured sizes");
+    let w = points
+        .windows(2)
+        .find(|w| w[0].0 <= pods && pods <= w[1].0)
+        .or_else(|| points.windows(2).last().filter(|w| pods > w[1].0))
+        .expect("pods at or above the smallest measured size, and two sizes measured");
     w[0].1 + (w[1].1 - w[0].1) * (pods - w[0].0) / (w[1].0 - w[0].0)
+}
+
+/// Where the manifest's pod count lies: "" within the measured sizes, else
+/// a clause saying the rule is extended past the largest.
+fn extended_past(bench: &Bench) -> String {
+    match bench.sizes().last() {
+        Some(&largest) if (largest as f64) < MANIFEST_PODS => {
+            format!(", the rule extended past {} pods, the largest size this run measured", thousands(largest))
+        }
+        _ => String::new(),
+    }
 }
 
 /// The request's rule from the steady RSS; the limit's from the relist peak
@@ -196,7 +213,8 @@ fn memory_rule() -> String {
         "\nrequest = {request} (at least {REQUEST_HEADROOM}x the steady RSS),\n\
          limit = {limit} (at least {LIMIT_HEADROOM}x the peak of a relist, when the old and the new list are both in\n\
          memory, plus the {KEPT_MIB} MiB a standby may keep of the lines past the leader's mark). `demo-controller.yaml`\n\
-         sets it for {pods} pods: {request_mib}Mi / {limit_mib}Mi.\n"
+         sets it for {pods} pods{extended}: {request_mib}Mi / {limit_mib}Mi.\n",
+        extended = extended_past(&bench)
     );
     out
 }
@@ -219,13 +237,15 @@ fn manifest_memory() -> String {
          {i}#   request = {request}   (>= {REQUEST_HEADROOM}x the steady RSS)\n\
          {i}#   limit   = {limit}   (>= {LIMIT_HEADROOM}x the relist peak + {KEPT_MIB} MiB of\n\
          {i}#             a standby's kept lines)\n\
-         {i}# These values are that rule for a cluster of up to {pods} pods.\n\
+         {i}# These values are that rule for a cluster of up to {pods} pods{extended}.\n\
          {i}resources:\n\
          {i}  requests:\n\
          {i}    cpu: 10m\n\
          {i}    memory: {request_mib}Mi\n\
          {i}  limits:\n\
-         {i}    memory: {limit_mib}Mi\n"
+         {i}    memory: {limit_mib}Mi\n",
+        extended = extended_past(&bench).replace(", the rule", "\n          # (the rule")
+            + if extended_past(&bench).is_empty() { "" } else { ")" }
     )
 }
 
@@ -1666,6 +1686,9 @@ fn a_fitted_rule_stays_above_every_point() {
         assert!(rule.mib(n) >= 1.2 * v, "{rule:?} at {n}");
     }
     assert!(rule.mib(20_000.0) >= 1.2 * interpolate(&points, 20_000.0));
+    // Past the largest size, along the last segment.
+    assert!(rule.mib(200_000.0) >= 1.2 * interpolate(&points, 200_000.0));
+    assert_eq!(interpolate(&points[..2], 19_000.0), 79.6 + (79.6 - 31.4) * 9.0 / 9.0);
     assert_eq!(rule, Rule { base: 31.0, per_1000: 6.9 });
 }
 
