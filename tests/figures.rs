@@ -153,15 +153,12 @@ fn interpolate(points: &[(f64, f64)], pods: f64) -> f64 {
     w[0].1 + (w[1].1 - w[0].1) * (pods - w[0].0) / (w[1].0 - w[0].0)
 }
 
-/// Where the manifest's pod count lies: "" within the measured sizes, else
-/// a clause saying the rule is extended past the largest.
-fn extended_past(bench: &Bench) -> String {
-    match bench.sizes().last() {
-        Some(&largest) if (largest as f64) < MANIFEST_PODS => {
-            format!(", the rule extended past {} pods, the largest size this run measured", thousands(largest))
-        }
-        _ => String::new(),
-    }
+/// Where the manifest's pod count lies: within the measured sizes (None),
+/// or past the largest, which the rule is then extended beyond.
+fn extended_past(bench: &Bench) -> Option<String> {
+    let largest = *bench.sizes().last()?;
+    ((largest as f64) < MANIFEST_PODS)
+        .then(|| format!("the rule extended past {} pods, the largest size this run measured", thousands(largest)))
 }
 
 /// The request's rule from the steady RSS; the limit's from the relist peak
@@ -214,7 +211,7 @@ fn memory_rule() -> String {
          limit = {limit} (at least {LIMIT_HEADROOM}x the peak of a relist, when the old and the new list are both in\n\
          memory, plus the {KEPT_MIB} MiB a standby may keep of the lines past the leader's mark). `demo-controller.yaml`\n\
          sets it for {pods} pods{extended}: {request_mib}Mi / {limit_mib}Mi.\n",
-        extended = extended_past(&bench)
+        extended = extended_past(&bench).map(|e| format!(", {e}")).unwrap_or_default()
     );
     out
 }
@@ -244,8 +241,7 @@ fn manifest_memory() -> String {
          {i}    memory: {request_mib}Mi\n\
          {i}  limits:\n\
          {i}    memory: {limit_mib}Mi\n",
-        extended = extended_past(&bench).replace(", the rule", "\n          # (the rule")
-            + if extended_past(&bench).is_empty() { "" } else { ")" }
+        extended = extended_past(&bench).map(|e| format!("\n{i}# ({e})")).unwrap_or_default()
     )
 }
 
