@@ -110,12 +110,9 @@ impl Controller {
     /// then (see `Elector::run`). Never resolves if the informer is gone
     /// (then `run` returns, which ends the program).
     pub async fn synced(&self) -> Option<u64> {
-        if self.cache.store().wait_until_ready().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-        // Once, at start-up: O(pods), no lock a worker waits on.
-        let pods = self.cache.store().state();
-        pods.iter().filter_map(|p| p.metadata.resource_version.as_deref()?.parse::<u64>().ok()).max()
+        self.cache.synced().await;
+        // Once, at start-up: O(pods), under a read lock the workers share.
+        self.cache.newest_version()
     }
 
     // ANCHOR: run
@@ -147,7 +144,7 @@ impl Controller {
         info!("waiting for the first list of pods (cache sync)");
         let started = Instant::now();
         tokio::select! {
-            _ = self.cache.store().wait_until_ready() => {}
+            _ = self.cache.synced() => {}
             _ = shutdown.cancelled() => {
                 let _ = informer.await;
                 info!(left = 0, "shutdown complete (before the cache synced)");
@@ -228,10 +225,10 @@ impl Controller {
                 _ = shutdown.cancelled() => return,
                 _ = ticker.tick() => {}
             }
-            let pods = self.cache.store().state();
-            debug!(pods = pods.len(), "resync: queueing every cached pod");
+            let keys = self.cache.keys();
+            debug!(pods = keys.len(), "resync: queueing every cached pod");
             metrics::resynced();
-            self.queue.add_all(pods.iter().map(|pod| Key::of(pod)));
+            self.queue.add_all(keys);
         }
     }
 

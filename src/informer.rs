@@ -2,21 +2,22 @@
 //! a `namespace/name` key for the work queue.
 //!
 //! This is what client-go's SharedIndexInformer + event handlers do, built from
-//! kube-runtime's `watcher` (list, then watch, relist when needed) and a
-//! reflector `Store` (the cache). We drive the store's `Writer` ourselves
-//! instead of using `.reflect()`, because the moments the store changes are
-//! exactly the moments we must react to: a relist swaps the whole store at
-//! `InitDone`, and that is where we find the pods deleted while we were not
-//! watching.
+//! kube-runtime's `watcher` (list, then watch, relist when needed) and a store
+//! of our own: a map from key to pod, which a list replaces whole at
+//! `InitDone`, as kube's reflector `Store` does. We keep it ourselves because
+//! the moments the store changes are exactly the moments we must react to
+//! (the swap at `InitDone` is where we find the pods deleted while we were
+//! not watching), and because a relist can then keep the pods that did not
+//! change: the new list shares them with the old one, instead of holding a
+//! second copy of every pod until the swap.
 
 use crate::wire::Wire;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use crate::pod::Pod;
 use futures::StreamExt;
-use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event, InitialListStrategy};
 use kube::{Api, ResourceExt};
 use tokio::time::Instant;
@@ -35,11 +36,16 @@ use crate::{metrics, probes};
 /// dead path from a quiet cluster.
 pub const WATCH_TIMEOUT_SECS: u32 = 50;
 
-/// The cache: kube's reflector `Store` plus the two things a store forgets.
+/// The cache: the store of pods plus the two things a store forgets.
 pub struct Cache {
-    /// Read handle of the store. Workers read it through [`Cache::take`] only.
-    store: Store<Pod>,
+    /// The store: every pod we know, by key. A lock of its own, so that a
+    /// resync reading every key shares it with the workers reading one.
+    /// Written only by [`Cache::apply`], under `inner` (taken first);
+    /// workers read it through [`Cache::take`] only.
+    pods: RwLock<HashMap<Key, Arc<Pod>>>,
     inner: Mutex<Inner>,
+    /// Turns true at the first InitDone: the cache holds a whole list.
+    ready: tokio::sync::watch::Sender<bool>,
     /// How far the watch stream has come into this cache, and its keys into
     /// the queue ([`run`] says when it moves): the protobuf watcher writes
     /// it, kube's JSON watcher does not. The leader's mark is made of it.
@@ -50,7 +56,9 @@ pub struct Cache {
 /// and the notes under this same lock, so it never sees a pod gone from the
 /// store without also seeing its tombstone (which would log a delete twice).
 struct Inner {
-    writer: reflector::store::Writer<Pod>,
+    /// The list in progress, from Init to InitDone, where it replaces the
+    /// store whole: a worker reads the old list or the new one, never half.
+    listing: Option<HashMap<Key, Arc<Pod>>>,
     /// Final states of pods that left the store and are not yet logged: from a
     /// Delete event, or found missing after a relist (client-go hands the
     /// latter to OnDelete as `DeletedFinalStateUnknown`). They let the worker
@@ -112,19 +120,44 @@ pub struct Snapshot {
 
 impl Cache {
     pub fn new() -> Arc<Cache> {
-        let (store, writer) = reflector::store();
         let inner = Inner {
-            writer,
+            listing: None,
             tombstones: HashMap::new(),
             initial: HashSet::new(),
             first_list: None,
             unreadable: HashSet::new(),
         };
-        Arc::new(Cache { store, inner: Mutex::new(inner), position: crate::wire::Position::default() })
+        Arc::new(Cache {
+            pods: RwLock::default(),
+            inner: Mutex::new(inner),
+            ready: tokio::sync::watch::Sender::new(false),
+            position: crate::wire::Position::default(),
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn pods(&self) -> RwLockReadGuard<'_, HashMap<Key, Arc<Pod>>> {
+        self.pods.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn pods_mut(&self) -> RwLockWriteGuard<'_, HashMap<Key, Arc<Pod>>> {
+        self.pods.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The pod the store holds under `key`.
+    fn get(&self, key: &Key) -> Option<Arc<Pod>> {
+        self.pods().get(key).cloned()
+    }
+
+    /// The key of `pod`, sharing its text with the key the store has for it
+    /// when there is one: the store, the queue and the worker then hold one
+    /// copy of each name.
+    fn key_of(&self, pod: &Pod) -> Key {
+        let key = Key::of(pod);
+        self.pods().get_key_value(&key).map(|(known, _)| known.clone()).unwrap_or(key)
     }
 
     // ANCHOR: apply
@@ -139,11 +172,12 @@ impl Cache {
             Event::Delete(pod) => Event::Delete(self.mend_status(&mut inner, pod)),
             other => other,
         };
-        match &event {
+        match event {
             // client-go's OnAdd *and* OnUpdate: the worker tells them apart.
             Event::Apply(pod) => {
-                inner.writer.apply_watcher_event(&event);
-                vec![Key::of(pod)]
+                let key = self.key_of(&pod);
+                self.pods_mut().insert(key.clone(), Arc::new(pod));
+                vec![key]
             }
             // A DELETED event. With a label selector the server sends one too
             // when a pod's labels stop matching, and (measured against
@@ -151,44 +185,44 @@ impl Cache {
             // the change, old labels and all, only with the new
             // resourceVersion: nothing in it tells the two cases apart.
             Event::Delete(pod) => {
-                inner.unreadable.remove(&Key::of(pod));
-                inner.writer.apply_watcher_event(&event);
-                let tombstone = Tombstone { pod: Arc::new(pod.clone()), from_event: true, relist: Relist::default() };
-                inner.tombstones.entry(Key::of(pod)).or_default().push(tombstone);
-                vec![Key::of(pod)]
+                let key = self.key_of(&pod);
+                inner.unreadable.remove(&key);
+                self.pods_mut().remove(&key);
+                let tombstone = Tombstone { pod: Arc::new(pod), from_event: true, relist: Relist::default() };
+                inner.tombstones.entry(key.clone()).or_default().push(tombstone);
+                vec![key]
             }
             // A (re)list is starting. The store only swaps to the new list at
             // InitDone, so a worker syncing one of its keys now would read the
-            // *old* state: enqueue nothing yet.
+            // *old* state: enqueue nothing yet. Sized for the list we had, so
+            // that it does not grow (and copy itself) on the way.
             Event::Init => {
-                inner.writer.apply_watcher_event(&event);
+                inner.listing = Some(HashMap::with_capacity(self.pods().len()));
                 Vec::new()
             }
             // A pod of the list. If the store holds it at a newer
             // resourceVersion (a list served by a cache that lags what the
             // watch already delivered), the list is older than what we know:
-            // keep ours, so a relist never moves a pod back in time.
+            // keep ours, so a relist never moves a pod back in time. At the
+            // same one, it is the same pod: keep ours too, shared by both lists.
             Event::InitApply(pod) => {
-                let known = self.store.get(&ObjectRef::from_obj(pod));
-                match known.filter(|known| newer(known, pod)) {
-                    Some(known) => inner.writer.apply_watcher_event(&Event::InitApply((*known).clone())),
-                    None => inner.writer.apply_watcher_event(&event),
-                }
+                let key = self.key_of(&pod);
+                let known = self.get(&key).filter(|known| newer_or_same(known, &pod));
+                let pod = known.unwrap_or_else(|| Arc::new(pod));
+                inner.listing.get_or_insert_default().insert(key, pod);
                 Vec::new()
             }
             Event::InitDone => {
-                let before = self.store.state();
-                inner.writer.apply_watcher_event(&event);
-                let now: HashMap<Key, Option<String>> =
-                    self.store.state().iter().map(|pod| (Key::of(pod), pod.uid())).collect();
+                let now = inner.listing.take().unwrap_or_default();
+                let before = std::mem::replace(&mut *self.pods_mut(), now);
+                let now = self.pods();
                 // Pods we knew that the new list lacks (or holds under a new
                 // UID) were deleted (or left the selector: a list cannot tell)
                 // while we were not watching: tombstones. When, nobody saw:
                 // after the pod's last resourceVersion and the stream's
                 // position at the relist's start, no later than the list's.
-                for old in before {
-                    let key = Key::of(&old);
-                    if now.get(&key) != Some(&old.uid()) {
+                for (key, old) in before {
+                    if now.get(&key).map(|pod| &pod.metadata.uid) != Some(&old.metadata.uid) {
                         let tombstone = Tombstone { pod: old, from_event: false, relist };
                         inner.tombstones.entry(key).or_default().push(tombstone);
                     }
@@ -196,9 +230,10 @@ impl Cache {
                 metrics::relisted();
                 if inner.first_list.is_none() {
                     inner.first_list = Some(now.len());
-                    inner.initial = now.values().flatten().cloned().collect();
+                    inner.initial = now.values().filter_map(|pod| pod.uid()).collect();
+                    self.ready.send_replace(true);
                 }
-                let mut keys: Vec<Key> = now.into_keys().collect();
+                let mut keys: Vec<Key> = now.keys().cloned().collect();
                 keys.extend(inner.tombstones.keys().cloned());
                 keys
             }
@@ -218,7 +253,7 @@ impl Cache {
             }
             return pod;
         };
-        let known = self.store.get(&ObjectRef::from_obj(&pod)).filter(|known| known.metadata.uid == pod.metadata.uid);
+        let known = self.get(&key).filter(|known| known.metadata.uid == pod.metadata.uid);
         pod.status = known.and_then(|known| known.status.clone());
         if inner.unreadable.insert(key.clone()) {
             let kept = if pod.status.is_some() { "keeping the one it had" } else { "it has none yet" };
@@ -240,7 +275,7 @@ impl Cache {
     /// failures come before the sync runs, so they take nothing: faults.rs.)
     pub fn take(&self, key: &Key) -> Snapshot {
         let mut inner = self.lock();
-        let current = self.store.get(&ObjectRef::new(&key.name).within(&key.namespace));
+        let current = self.get(key);
         let tombstones = inner.tombstones.remove(key).unwrap_or_default();
         // A pod of the first list stays marked until the sync that logs it,
         // whether it is still here or already a tombstone.
@@ -253,7 +288,7 @@ impl Cache {
     /// for its next sync, its tombstones and initial-list marks, which would
     /// otherwise stay in memory for good (a resync walks only the store).
     pub fn release(&self, key: &Key) {
-        let current = self.store.get(&ObjectRef::new(&key.name).within(&key.namespace));
+        let current = self.get(key);
         let mut inner = self.lock();
         let stones = inner.tombstones.remove(key).unwrap_or_default();
         let uids = current.iter().chain(stones.iter().map(|t| &t.pod)).filter_map(|p| p.uid());
@@ -279,22 +314,41 @@ impl Cache {
         self.position.clone()
     }
 
-    /// The store's read handle: for WaitForCacheSync, resync and counting.
-    pub fn store(&self) -> &Store<Pod> {
-        &self.store
+    /// WaitForCacheSync: resolves once the cache holds the first list.
+    pub async fn synced(&self) {
+        // The sender lives as long as the cache, so this only ends in true.
+        let _ = self.ready.subscribe().wait_for(|ready| *ready).await;
+    }
+
+    /// The keys of every pod in the store, for a resync. O(pods) under the
+    /// store's read lock, which the workers' reads share.
+    pub fn keys(&self) -> Vec<Key> {
+        self.pods().keys().cloned().collect()
+    }
+
+    /// The newest resourceVersion among the pods in the store.
+    pub fn newest_version(&self) -> Option<u64> {
+        self.pods().values().filter_map(|p| p.metadata.resource_version.as_deref()?.parse::<u64>().ok()).max()
+    }
+
+    /// How many pods the store holds.
+    pub fn pod_count(&self) -> usize {
+        self.pods().len()
     }
 }
 
-/// Whether `known` is the same pod as `listed` at a newer resourceVersion.
+/// Whether `known` is the same pod as `listed` at the same or a newer
+/// resourceVersion: then the store's copy stands for the listed one.
 ///
 /// resourceVersions are opaque strings to clients in general, but
 /// kube-apiserver's are etcd revisions, decimal integers that grow with every
 /// write (Kubernetes 1.35 documents them as comparable for built-in types).
 /// Anything that does not parse as one is never called newer.
-fn newer(known: &Pod, listed: &Pod) -> bool {
+fn newer_or_same(known: &Pod, listed: &Pod) -> bool {
     let version = |p: &Pod| p.metadata.resource_version.as_deref().and_then(|rv| rv.parse::<u64>().ok());
     known.metadata.uid == listed.metadata.uid
-        && matches!((version(known), version(listed)), (Some(k), Some(l)) if k > l)
+        && (known.metadata.resource_version == listed.metadata.resource_version
+            || matches!((version(known), version(listed)), (Some(k), Some(l)) if k > l))
 }
 
 /// How often a list that takes long says how far it got.
@@ -448,7 +502,7 @@ pub async fn run(
                     // drain. Nothing may be awaited in between.
                     queue.add_all(cache.apply(event, relist));
                     position.consumed();
-                    metrics::cache_pods(cache.store().len());
+                    metrics::cache_pods(cache.pod_count());
                 }
                 Some(Err(error)) if wire == Wire::Protobuf && crate::wire::refuses_protobuf(&error).is_some() => {
                     let why = crate::wire::refuses_protobuf(&error).unwrap_or_default();
@@ -748,7 +802,7 @@ pub(crate) mod tests {
         cache.apply(Event::InitDone, Relist::default());
         // An event applied before the `cache synced` line is written.
         cache.apply(Event::Apply(pod("a", "late", "u3", "2")), Relist::default());
-        assert_eq!((cache.first_list_len(), cache.store().len()), (2, 3));
+        assert_eq!((cache.first_list_len(), cache.pod_count()), (2, 3));
         // A relist does not change what the first list held.
         cache.apply(Event::Init, Relist::default());
         cache.apply(Event::InitDone, Relist::default());
@@ -878,8 +932,34 @@ pub(crate) mod tests {
         assert_eq!(cache.take(&key("a", "p")).current.unwrap().resource_version().as_deref(), Some("12"));
         assert_eq!(cache.take(&key("a", "q")).current.unwrap().uid().as_deref(), Some("u3"));
         // resourceVersions that are not numbers are never compared.
-        assert!(!newer(&pod("a", "p", "u1", "b"), &pod("a", "p", "u1", "a")));
-        assert!(newer(&pod("a", "p", "u1", "10"), &pod("a", "p", "u1", "9")), "numbers, not strings");
+        assert!(!newer_or_same(&pod("a", "p", "u1", "b"), &pod("a", "p", "u1", "a")));
+        assert!(newer_or_same(&pod("a", "p", "u1", "b"), &pod("a", "p", "u1", "b")), "the same version");
+        assert!(newer_or_same(&pod("a", "p", "u1", "10"), &pod("a", "p", "u1", "9")), "numbers, not strings");
+    }
+
+    /// A relist of 100,000 pods must not hold a second copy of each until
+    /// its end: a listed pod at the version the store holds is the store's.
+    #[test]
+    fn a_relist_keeps_one_copy_of_a_pod_that_did_not_change() {
+        let cache = Cache::new();
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitApply(pod("a", "same", "u1", "5")), Relist::default());
+        cache.apply(Event::InitApply(pod("a", "moved", "u2", "6")), Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
+        let before = |name| cache.take(&key("a", name)).current.unwrap();
+        let (same, moved) = (before("same"), before("moved"));
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitApply(pod("a", "same", "u1", "5")), Relist::default());
+        cache.apply(Event::InitApply(pod("a", "moved", "u2", "7")), Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
+        assert!(Arc::ptr_eq(&cache.take(&key("a", "same")).current.unwrap(), &same), "the one copy is kept");
+        let now = cache.take(&key("a", "moved")).current.unwrap();
+        assert!(!Arc::ptr_eq(&now, &moved) && now.resource_version().as_deref() == Some("7"));
+        // The keys the store, the queue and the worker hold share their text.
+        let keys = cache.keys();
+        let queued = cache.apply(Event::Apply(pod("a", "same", "u1", "8")), Relist::default());
+        let stored = keys.iter().find(|k| *k == &queued[0]).unwrap();
+        assert!(Arc::ptr_eq(&queued[0].name, &stored.name) && Arc::ptr_eq(&queued[0].namespace, &stored.namespace));
     }
 
     #[test]

@@ -5,23 +5,29 @@
 //! a home of its own keeps those modules from importing each other for it.
 
 use std::fmt;
-
-use kube::ResourceExt;
+use std::sync::Arc;
 
 use crate::pod::Pod;
 
 /// What the queue carries: a pod's namespace and name, printed `namespace/name`
 /// like client-go's `MetaNamespaceKeyFunc`. (kube's `ObjectRef` prints
 /// `Pod.v1./name.namespace`, which is not what people grep for.)
+///
+/// Its text is shared (`Arc<str>`): the store, the queue and the worker each
+/// hold a key per pod, and a clone of it is two counts, not two copies.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
 }
 
 impl Key {
     pub fn of(pod: &Pod) -> Key {
-        Key { namespace: pod.namespace().unwrap_or_default(), name: pod.name_any() }
+        let meta = &pod.metadata;
+        Key {
+            namespace: meta.namespace.as_deref().unwrap_or_default().into(),
+            name: meta.name.as_deref().unwrap_or_default().into(),
+        }
     }
 }
 

@@ -373,10 +373,11 @@ impl k8s_openapi::Metadata for Pod {
     }
 }
 
-/// The small summary of a pod that the worker remembers and compares. Its
-/// fields are copied out of the cache; the rest of the pod is shared with it:
-/// `pod` is the cache's own `Arc`, which Rust lets us read and never change
-/// (client-go only asks its users not to change what the informer holds).
+/// The small summary of a pod that the worker compares. Its fields are
+/// copied out of the cache for the moment of a sync; the rest of the pod is
+/// shared with it: `pod` is the cache's own `Arc`, which Rust lets us read and
+/// never change (client-go only asks its users not to change what the
+/// informer holds). Between syncs the worker keeps only that `Arc`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodState {
     pub uid: String,
@@ -392,8 +393,7 @@ pub struct PodState {
     pub terminating: bool,
     /// The version of the pod this state was taken from, for what describe.rs
     /// compares beyond the summary: container states, conditions, the
-    /// fingerprints. A pointer, not a copy: while the pod does not change,
-    /// the worker and the cache hold the same one, so remembering it is free.
+    /// fingerprints. A pointer, not a copy.
     pub pod: Arc<Pod>,
 }
 

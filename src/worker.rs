@@ -102,8 +102,9 @@ pub struct Worker {
     /// What we last synced per key (logged, or with `--skip-existing` only
     /// remembered for the pods of the first list). Workers share it, yet two never touch one
     /// key at once (the queue guarantees that), so a plain std mutex held for
-    /// a lookup is all the coordination needed.
-    last: Mutex<HashMap<Key, PodState>>,
+    /// a lookup is all the coordination needed. It holds the cache's own
+    /// `Arc`, not a copy: while a pod does not change, remembering it is free.
+    last: Mutex<HashMap<Key, Arc<Pod>>>,
     /// With `--selector`: the API (not filtered by it) to ask whether a pod
     /// reported DELETED still exists, that is, left the selector.
     ///
@@ -151,13 +152,19 @@ impl Worker {
         // and nothing deleted meanwhile. Say so before allocating anything.
         if snapshot.tombstones.is_empty()
             && let (Some(pod), Some(seen)) = (&snapshot.current, &last)
-            && pod.metadata.uid.as_deref() == Some(seen.uid.as_str())
-            && pod.metadata.resource_version.as_deref() == Some(seen.resource_version.as_str())
+            && pod.metadata.uid == seen.metadata.uid
+            && pod.metadata.resource_version == seen.metadata.resource_version
         {
+            // A relist may have put a copy of the same version in the cache:
+            // remember the cache's, so that the two do not both stay.
+            if !Arc::ptr_eq(pod, seen) {
+                self.lock_last().insert(key.clone(), pod.clone());
+            }
             debug!(%key, "no change (resync or a merged add+delete already logged)");
             return Vec::new();
         }
         // 2. Decide.
+        let last = last.as_ref().map(PodState::of);
         let current = snapshot.current.as_ref().map(PodState::of);
         let tombstones: Vec<PodState> = snapshot.tombstones.iter().map(|t| PodState::of(&t.pod)).collect();
         let changes = decide(last.as_ref(), &tombstones, current.as_ref());
@@ -213,7 +220,7 @@ impl Worker {
             lines.push(Line { change, initial, reason, shown });
         }
         let mut last = self.lock_last();
-        match current {
+        match snapshot.current {
             Some(now) => last.insert(key.clone(), now),
             None => last.remove(key),
         };
@@ -245,7 +252,7 @@ impl Worker {
         Ok(now.items.iter().any(|now| now.uid() == pod.uid()))
     }
 
-    fn lock_last(&self) -> std::sync::MutexGuard<'_, HashMap<Key, PodState>> {
+    fn lock_last(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<Pod>>> {
         self.last.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
