@@ -279,13 +279,37 @@ pub fn targets(r: &Results) -> String {
         flat.map(|v| format!("{v:.2}x")).or(Some("n/a (100,000 not in this run)".into())),
         flat.map(|v| (v - 1.0).abs() <= 0.15),
     );
+    let per_pod_100k = per_pod(100_000);
+    line(
+        "RSS per pod <= 1,200 bytes at 100,000 pods",
+        per_pod_100k
+            .map(|v| format!("{} bytes", thousands(v.round() as usize)))
+            .or(Some("n/a (100,000 not in this run)".into())),
+        per_pod_100k.map(|v| v <= 1_200.0),
+    );
     let relist = ratio(demo.relist_peak_mib, Some(demo.steady_mib));
     line("relist peak <= 2x steady", x(relist), relist.map(|v| v <= 2.0));
+    for n in [10_000, 100_000] {
+        let at = r.rows.iter().find(|row| row.n == n).and_then(|row| row.m.get(&Peer::Demo));
+        let relist = at.and_then(|m| ratio(m.relist_peak_mib, Some(m.steady_mib)));
+        line(
+            &format!("relist peak <= 1.3x steady at {} pods", thousands(n)),
+            x(relist).or(Some(format!("n/a ({} not in this run)", thousands(n)))),
+            relist.map(|v| v <= 1.3),
+        );
+    }
     let sync = ratio(Some(demo.sync_ms), better_go(|m| m.sync_ms));
     line("time to cache synced <= 0.8x the better client-go mode", x(sync), sync.map(|v| v <= 0.8));
     let floor = ratio(Some(demo.sync_ms), r.sync_floor(row, Peer::Demo));
     let floor_name = floor_of(r.streams(Peer::Demo), Peer::Demo.protobuf()).label();
     line(&format!("time to cache synced <= 1.5x the {floor_name}"), x(floor), floor.map(|v| v <= 1.5));
+    let big = r.rows.iter().find(|row| row.n == 100_000);
+    let floor = big.and_then(|big| ratio(big.m.get(&Peer::Demo).map(|m| m.sync_ms), r.sync_floor(big, Peer::Demo)));
+    line(
+        &format!("time to cache synced <= 1.2x the {floor_name} at 100,000 pods"),
+        x(floor).or(Some("n/a (100,000 not in this run)".into())),
+        floor.map(|v| v <= 1.2),
+    );
     if let Some(paged) = row.m.get(&Peer::DemoPaged) {
         let floor = ratio(Some(paged.sync_ms), r.sync_floor(row, Peer::DemoPaged));
         let floor_name = floor_of(false, Peer::DemoPaged.protobuf()).label();
