@@ -30,8 +30,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use demo_controller::pod::Pod;
 use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};

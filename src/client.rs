@@ -23,7 +23,7 @@ use std::error::Error as StdError;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::pod::Pod;
+use crate::pod::ApiPod;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::runtime::watcher;
@@ -220,7 +220,7 @@ fn no_answer(url: String) -> ClientError {
 
 /// Lets the API server parse the label selector (it owns the grammar). A 403
 /// is not fatal here: permissions can be granted while we wait.
-pub async fn check_selector(api: &Api<Pod>, selector: &str) -> Result<(), ClientError> {
+pub async fn check_selector(api: &Api<ApiPod>, selector: &str) -> Result<(), ClientError> {
     let params = ListParams::default().labels(selector).limit(1);
     match tokio::time::timeout(STARTUP_TIMEOUT, api.list_metadata(&params)).await {
         Err(_) => Err(ClientError::SelectorCheckTimedOut(STARTUP_TIMEOUT.as_secs())),

@@ -6,7 +6,7 @@ use crate::wire::Wire;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::pod::Pod;
+use crate::pod::ApiPod;
 use kube::Api;
 use kube::runtime::watcher;
 use tokio::task::JoinSet;
@@ -64,7 +64,7 @@ pub struct Controller {
     /// Keys whose sync failed during the drain: no retry comes after a
     /// shutdown, so each is a key left unsynced (see [`Stopped`]).
     failed_in_drain: std::sync::atomic::AtomicUsize,
-    api: Api<Pod>,
+    api: Api<ApiPod>,
     watch: watcher::Config,
     cache: Arc<Cache>,
     queue: Arc<Queue<Key>>,
@@ -73,13 +73,13 @@ pub struct Controller {
 }
 
 impl Controller {
-    pub fn new(api: Api<Pod>, watch: watcher::Config, settings: Settings) -> Arc<Controller> {
+    pub fn new(api: Api<ApiPod>, watch: watcher::Config, settings: Settings) -> Arc<Controller> {
         Controller::with_gate(api, watch, settings, crate::leader::Gate::leading())
     }
 
     /// A controller whose lines pass `gate` (`--leader-elect`: see leader.rs).
     pub fn with_gate(
-        api: Api<Pod>,
+        api: Api<ApiPod>,
         watch: watcher::Config,
         mut settings: Settings,
         gate: Arc<crate::leader::Gate>,

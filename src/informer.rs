@@ -16,10 +16,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
-use crate::pod::Pod;
+use crate::pod::{ApiPod, Pod};
 use futures::StreamExt;
+use kube::Api;
 use kube::runtime::watcher::{self, Event, InitialListStrategy};
-use kube::{Api, ResourceExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -152,12 +152,16 @@ impl Cache {
         self.pods().get(key).cloned()
     }
 
-    /// The key of `pod`, sharing its text with the key the store has for it
-    /// when there is one: the store, the queue and the worker then hold one
-    /// copy of each name.
-    fn key_of(&self, pod: &Pod) -> Key {
-        let key = Key::of(pod);
-        self.pods().get_key_value(&key).map(|(known, _)| known.clone()).unwrap_or(key)
+    /// The key of `pod`, and the pod with its name shared with that key and
+    /// with the key the store has for it, when there is one: the store, the
+    /// queue, the worker and every version of the pod then hold one copy of
+    /// its name.
+    fn keyed(&self, mut pod: Pod) -> (Key, Pod) {
+        let key = Key::of(&pod);
+        let key = self.pods().get_key_value(&key).map(|(known, _)| known.clone()).unwrap_or(key);
+        pod.metadata.namespace = Some(key.namespace.clone());
+        pod.metadata.name = Some(key.name.clone());
+        (key, pod)
     }
 
     // ANCHOR: apply
@@ -175,7 +179,7 @@ impl Cache {
         match event {
             // client-go's OnAdd *and* OnUpdate: the worker tells them apart.
             Event::Apply(pod) => {
-                let key = self.key_of(&pod);
+                let (key, pod) = self.keyed(pod);
                 self.pods_mut().insert(key.clone(), Arc::new(pod));
                 vec![key]
             }
@@ -185,7 +189,7 @@ impl Cache {
             // the change, old labels and all, only with the new
             // resourceVersion: nothing in it tells the two cases apart.
             Event::Delete(pod) => {
-                let key = self.key_of(&pod);
+                let (key, pod) = self.keyed(pod);
                 inner.unreadable.remove(&key);
                 self.pods_mut().remove(&key);
                 let tombstone = Tombstone { pod: Arc::new(pod), from_event: true, relist: Relist::default() };
@@ -206,7 +210,7 @@ impl Cache {
             // keep ours, so a relist never moves a pod back in time. At the
             // same one, it is the same pod: keep ours too, shared by both lists.
             Event::InitApply(pod) => {
-                let key = self.key_of(&pod);
+                let (key, pod) = self.keyed(pod);
                 let known = self.get(&key).filter(|known| newer_or_same(known, &pod));
                 let pod = known.unwrap_or_else(|| Arc::new(pod));
                 inner.listing.get_or_insert_default().insert(key, pod);
@@ -230,7 +234,7 @@ impl Cache {
                 metrics::relisted();
                 if inner.first_list.is_none() {
                     inner.first_list = Some(now.len());
-                    inner.initial = now.values().filter_map(|pod| pod.uid()).collect();
+                    inner.initial = now.values().filter_map(|pod| pod.uid()).map(str::to_string).collect();
                     self.ready.send_replace(true);
                 }
                 let mut keys: Vec<Key> = now.keys().cloned().collect();
@@ -280,7 +284,7 @@ impl Cache {
         // A pod of the first list stays marked until the sync that logs it,
         // whether it is still here or already a tombstone.
         let uids = current.iter().chain(tombstones.iter().map(|t| &t.pod)).filter_map(|p| p.uid());
-        let initial = uids.filter(|uid| inner.initial.remove(uid)).collect();
+        let initial = uids.filter(|uid| inner.initial.remove(*uid)).map(str::to_string).collect();
         Snapshot { current, tombstones, initial }
     }
 
@@ -293,7 +297,7 @@ impl Cache {
         let stones = inner.tombstones.remove(key).unwrap_or_default();
         let uids = current.iter().chain(stones.iter().map(|t| &t.pod)).filter_map(|p| p.uid());
         for uid in uids {
-            inner.initial.remove(&uid);
+            inner.initial.remove(uid);
         }
     }
 
@@ -406,7 +410,7 @@ pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 ///
 /// A list that takes long logs its progress every [`PROGRESS_EVERY`].
 pub async fn run(
-    api: Api<Pod>,
+    api: Api<ApiPod>,
     mut config: watcher::Config,
     mut wire: Wire,
     protobuf_accept: Option<String>,
@@ -754,19 +758,10 @@ fn random_fraction() -> f64 {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use kube::api::ObjectMeta;
+    use crate::pod::{Labels, Meta};
 
     pub(crate) fn pod(ns: &str, name: &str, uid: &str, rv: &str) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                namespace: Some(ns.into()),
-                name: Some(name.into()),
-                uid: Some(uid.into()),
-                resource_version: Some(rv.into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        }
+        Pod { metadata: Meta::new(Some(ns), Some(name), Some(uid), Some(rv), Labels::default()), ..Default::default() }
     }
 
     fn key(ns: &str, name: &str) -> Key {
@@ -831,12 +826,12 @@ pub(crate) mod tests {
         let gone = cache.take(&key("a", "gone"));
         assert!(gone.current.is_none());
         assert_eq!(gone.tombstones.len(), 1);
-        assert_eq!(gone.tombstones[0].pod.uid().as_deref(), Some("u1"));
-        assert_eq!(gone.tombstones[0].pod.resource_version().as_deref(), Some("1"), "the pod as last known");
+        assert_eq!(gone.tombstones[0].pod.uid(), Some("u1"));
+        assert_eq!(gone.tombstones[0].pod.resource_version(), Some("1"), "the pod as last known");
         assert_eq!((gone.tombstones[0].from_event, gone.tombstones[0].relist), (false, relist));
         let recreated = cache.take(&key("a", "recreated"));
-        assert_eq!(recreated.current.and_then(|p| p.uid()).as_deref(), Some("u4"));
-        assert_eq!(recreated.tombstones[0].pod.uid().as_deref(), Some("u3"));
+        assert_eq!(recreated.current.as_deref().and_then(Pod::uid), Some("u4"));
+        assert_eq!(recreated.tombstones[0].pod.uid(), Some("u3"));
         assert!(cache.take(&key("a", "kept")).tombstones.is_empty());
         assert!(!recreated.initial.contains("u4"), "a pod from a later relist is not from the initial list");
     }
@@ -850,7 +845,7 @@ pub(crate) mod tests {
         assert_eq!(cache.apply(Event::Delete(pod("a", "p", "u1", "3")), Relist::default()), vec![key("a", "p")]);
         let snap = cache.take(&key("a", "p"));
         assert!(snap.current.is_none());
-        assert_eq!(snap.tombstones[0].pod.resource_version().as_deref(), Some("3"));
+        assert_eq!(snap.tombstones[0].pod.resource_version(), Some("3"));
         assert_eq!(
             (snap.tombstones[0].from_event, snap.tombstones[0].relist),
             (true, Relist::default()),
@@ -922,15 +917,15 @@ pub(crate) mod tests {
         cache.apply(Event::InitApply(pod("a", "q", "u2", "3")), Relist::default());
         cache.apply(Event::InitDone, Relist::default());
         let p = cache.take(&key("a", "p")).current.unwrap();
-        assert_eq!(p.resource_version().as_deref(), Some("9"), "the newer state we had is kept");
+        assert_eq!(p.resource_version(), Some("9"), "the newer state we had is kept");
         assert!(cache.take(&key("a", "p")).tombstones.is_empty());
         // A newer listed state, or another pod under the name, is taken.
         cache.apply(Event::Init, Relist::default());
         cache.apply(Event::InitApply(pod("a", "p", "u1", "12")), Relist::default());
         cache.apply(Event::InitApply(pod("a", "q", "u3", "2")), Relist::default());
         cache.apply(Event::InitDone, Relist::default());
-        assert_eq!(cache.take(&key("a", "p")).current.unwrap().resource_version().as_deref(), Some("12"));
-        assert_eq!(cache.take(&key("a", "q")).current.unwrap().uid().as_deref(), Some("u3"));
+        assert_eq!(cache.take(&key("a", "p")).current.unwrap().resource_version(), Some("12"));
+        assert_eq!(cache.take(&key("a", "q")).current.unwrap().uid(), Some("u3"));
         // resourceVersions that are not numbers are never compared.
         assert!(!newer_or_same(&pod("a", "p", "u1", "b"), &pod("a", "p", "u1", "a")));
         assert!(newer_or_same(&pod("a", "p", "u1", "b"), &pod("a", "p", "u1", "b")), "the same version");
@@ -954,7 +949,7 @@ pub(crate) mod tests {
         cache.apply(Event::InitDone, Relist::default());
         assert!(Arc::ptr_eq(&cache.take(&key("a", "same")).current.unwrap(), &same), "the one copy is kept");
         let now = cache.take(&key("a", "moved")).current.unwrap();
-        assert!(!Arc::ptr_eq(&now, &moved) && now.resource_version().as_deref() == Some("7"));
+        assert!(!Arc::ptr_eq(&now, &moved) && now.resource_version() == Some("7"));
         // The keys the store, the queue and the worker hold share their text.
         let keys = cache.keys();
         let queued = cache.apply(Event::Apply(pod("a", "same", "u1", "8")), Relist::default());
@@ -1060,7 +1055,7 @@ pub(crate) mod tests {
         unreadable.unreadable_status = Some(Text::new("bad protobuf in the PodStatus at byte 0"));
         cache.apply(Event::Apply(unreadable.clone()), Relist::default());
         let kept = cache.take(&key("a", "p")).current.unwrap();
-        assert_eq!(kept.resource_version().as_deref(), Some("2"), "the rest of the update is taken");
+        assert_eq!(kept.resource_version(), Some("2"), "the rest of the update is taken");
         assert_eq!(kept.status, running.status, "the status it had is kept");
         assert_eq!(kept.unreadable_status, None);
         assert_eq!(cache.held(), (0, 0), "no tombstone, and the initial mark went with the take");
@@ -1089,6 +1084,6 @@ pub(crate) mod tests {
         cache.apply(Event::Delete(pod("a", "p", "u2", "5")), Relist::default());
         let next = cache.take(&key("a", "p"));
         assert_eq!(next.tombstones.len(), 1);
-        assert_eq!(next.tombstones[0].pod.uid().as_deref(), Some("u2"));
+        assert_eq!(next.tombstones[0].pod.uid(), Some("u2"));
     }
 }

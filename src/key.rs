@@ -22,11 +22,12 @@ pub struct Key {
 }
 
 impl Key {
+    /// The pod's key, sharing the pod's own text.
     pub fn of(pod: &Pod) -> Key {
         let meta = &pod.metadata;
         Key {
-            namespace: meta.namespace.as_deref().unwrap_or_default().into(),
-            name: meta.name.as_deref().unwrap_or_default().into(),
+            namespace: meta.namespace.clone().unwrap_or_else(|| Arc::from("")),
+            name: meta.name.clone().unwrap_or_else(|| Arc::from("")),
         }
     }
 }

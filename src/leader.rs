@@ -407,11 +407,12 @@ pub struct Pending {
 }
 
 /// A kept line's estimated size in memory: its key, and for each pod state
-/// it shows, the pod's metadata as JSON plus 1 KiB for the rest (its spec
-/// and status as the cache keeps them: a few names and numbers). An old
-/// state a line keeps is memory the cache no longer holds.
+/// it shows, the text of the pod's metadata plus 1 KiB for the rest (the
+/// summary's copies, its spec and status as the cache keeps them: a few
+/// names and numbers). An old state a line keeps is memory the cache no
+/// longer holds.
 fn weight(key: &Key, change: &Change) -> usize {
-    let of = |p: &crate::pod::PodState| serde_json::to_vec(&p.pod.metadata).map_or(0, |json| json.len()) + 1024;
+    let of = |p: &crate::pod::PodState| p.pod.metadata.text_len() + 1024;
     let states = match change {
         Change::Add(p) | Change::Delete(p) => of(p),
         Change::Update { old, new } => of(old) + of(new),

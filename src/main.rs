@@ -20,7 +20,7 @@
 
 use std::process::ExitCode;
 
-use demo_controller::pod::Pod;
+use demo_controller::pod::ApiPod;
 use kube::Api;
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
@@ -29,6 +29,11 @@ use tracing::{info, warn};
 use demo_controller::cli::Args;
 use demo_controller::controller::{Controller, Settings, Stopped};
 use demo_controller::{client, faults, leader, logging, probes, signals};
+
+/// jemalloc rather than glibc's malloc: see Cargo.toml (a cache built while a
+/// list's buffers come and go fragments glibc's heap).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Exit code of a shutdown that left keys unsynced (see the list above).
 const EXIT_UNSYNCED: u8 = 3;
@@ -106,7 +111,7 @@ fn main() -> ExitCode {
 async fn start(args: &Args, side: &tokio::runtime::Handle) -> Result<Started, ExitCode> {
     let client = client::connect(args.kubeconfig.clone(), args.context.clone()).await.map_err(fatal)?;
     let leases = args.leader_elect.then(|| Api::namespaced(client.clone(), &args.lease_namespace()));
-    let api: Api<Pod> = match &args.namespace {
+    let api: Api<ApiPod> = match &args.namespace {
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
     };

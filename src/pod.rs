@@ -9,12 +9,11 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::ResourceExt;
 use serde::de::{Error as _, IgnoredAny};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use crate::text::{NAME_CHARS, Text, Word, cleaned};
+use crate::text::{NAME_CHARS, Text, Word, cleaned, shared_name};
 
 /// A pod as the cache keeps it: only the fields the log lines use.
 ///
@@ -25,12 +24,14 @@ use crate::text::{NAME_CHARS, Text, Word, cleaned};
 /// allocating them, so declaring just what we log is "prune before the store"
 /// done once, at parse time: nothing unused ever reaches the cache.
 ///
-/// It is still a Kubernetes resource to kube (see the two trait impls below),
-/// so `Api<Pod>`, the watcher and the reflector `Store` work as usual.
+/// Nor k8s-openapi's `ObjectMeta` (360 bytes inline, a `BTreeMap` node of
+/// about 540 bytes for even one label): the cache holds one of these per pod,
+/// so each field is kept in the fewest bytes it fits ([`Meta`]). kube's own
+/// parts need an `ObjectMeta`; they read the pod as an [`ApiPod`].
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(from = "PodJson")]
 pub struct Pod {
-    pub metadata: ObjectMeta,
+    pub metadata: Meta,
     pub spec: Option<Spec>,
     pub status: Option<Status>,
     /// A fingerprint of the metadata no line shows (see [`KeptMetadata`]):
@@ -43,6 +44,155 @@ pub struct Pod {
     /// once (informer.rs, `Cache::apply`). Always None from JSON, where such a
     /// status fails the whole pod.
     pub unreadable_status: Option<Text>,
+}
+
+/// The metadata the cache keeps (see [`KeptMetadata`] for why these fields).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Meta {
+    /// Shared by every pod of the namespace ([`shared_name`]).
+    pub namespace: Option<Arc<str>>,
+    /// Shared with the pod's [`Key`](crate::key::Key), once in the store.
+    pub name: Option<Arc<str>>,
+    pub uid: Option<Box<str>>,
+    pub resource_version: Option<Box<str>>,
+    pub generation: Option<i64>,
+    pub labels: Labels,
+    pub deletion_timestamp: Option<Time>,
+    pub deletion_grace_period_seconds: Option<i64>,
+}
+
+impl Meta {
+    /// How many bytes of text it holds.
+    pub fn text_len(&self) -> usize {
+        let texts = [self.namespace.as_deref(), self.name.as_deref(), self.uid.as_deref()];
+        let texts = texts.into_iter().chain([self.resource_version.as_deref(), Some(&self.labels.0)]);
+        texts.flatten().map(str::len).sum()
+    }
+
+    /// From the fields as parsed (JSON or protobuf), empty read as absent.
+    pub fn new(
+        namespace: Option<&str>,
+        name: Option<&str>,
+        uid: Option<&str>,
+        resource_version: Option<&str>,
+        labels: Labels,
+    ) -> Meta {
+        Meta {
+            namespace: namespace.filter(|n| !n.is_empty()).map(shared_name),
+            name: name.filter(|n| !n.is_empty()).map(Arc::from),
+            uid: uid.filter(|u| !u.is_empty()).map(Box::from),
+            resource_version: resource_version.filter(|v| !v.is_empty()).map(Box::from),
+            labels,
+            ..Meta::default()
+        }
+    }
+}
+
+/// A pod's labels in one allocation, in key order: `key NUL value NUL` for
+/// each, where a `BTreeMap<String, String>` costs a node of about 540 bytes
+/// and two strings per label. The API server allows no NUL in a label; one
+/// from elsewhere is kept as U+FFFD, so the pairs never shift.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Labels(Box<str>);
+
+impl Labels {
+    pub fn new<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Labels {
+        let mut sorted: Vec<(&str, &str)> = pairs.into_iter().collect();
+        sorted.sort_unstable();
+        let mut text = String::new();
+        for (key, value) in sorted {
+            for part in [key, value] {
+                text.extend(part.chars().map(|c| if c == '\0' { '\u{FFFD}' } else { c }));
+                text.push('\0');
+            }
+        }
+        Labels(text.into_boxed_str())
+    }
+
+    /// Each label as (key, value), in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        let mut parts = self.0.split_terminator('\0');
+        std::iter::from_fn(move || Some((parts.next()?, parts.next()?)))
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The pod as kube's JSON watcher and `Api` read it (`--wire json`, and the
+/// one-name LIST of `--selector`): kube follows a watch by the objects'
+/// `ObjectMeta`, so this one carries the few fields kube reads beside the
+/// cache's [`Pod`], which the informer keeps ([`ApiPod::into_pod`]).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(from = "PodJson")]
+pub struct ApiPod {
+    metadata: ObjectMeta,
+    pod: Pod,
+}
+
+impl ApiPod {
+    pub fn into_pod(self) -> Pod {
+        self.pod
+    }
+}
+
+impl From<PodJson> for ApiPod {
+    fn from(p: PodJson) -> ApiPod {
+        let metadata = ObjectMeta {
+            name: p.metadata.name.clone(),
+            namespace: p.metadata.namespace.clone(),
+            uid: p.metadata.uid.clone(),
+            resource_version: p.metadata.resource_version.clone(),
+            ..ObjectMeta::default()
+        };
+        ApiPod { metadata, pod: Pod::from(p) }
+    }
+}
+
+impl k8s_openapi::Resource for ApiPod {
+    const API_VERSION: &'static str = "v1";
+    const GROUP: &'static str = "";
+    const KIND: &'static str = "Pod";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "pods";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl k8s_openapi::Metadata for ApiPod {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl Pod {
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn namespace(&self) -> Option<&str> {
+        self.metadata.namespace.as_deref()
+    }
+
+    pub fn uid(&self) -> Option<&str> {
+        self.metadata.uid.as_deref()
+    }
+
+    pub fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+
+    pub fn labels(&self) -> &Labels {
+        &self.metadata.labels
+    }
 }
 
 /// The pod as it is parsed, before the metadata is split into the part we
@@ -59,17 +209,19 @@ impl From<PodJson> for Pod {
     fn from(p: PodJson) -> Pod {
         let m = p.metadata;
         let unshown = (m.annotations, m.owner_references, m.finalizers);
+        let labels = Labels::new(m.labels.iter().flatten().map(|(k, v)| (k.as_str(), v.as_str())));
         Pod {
-            metadata: ObjectMeta {
-                name: m.name,
-                namespace: m.namespace,
-                uid: m.uid,
-                resource_version: m.resource_version,
+            metadata: Meta {
                 generation: m.generation,
-                labels: m.labels,
                 deletion_timestamp: m.deletion_timestamp,
                 deletion_grace_period_seconds: m.deletion_grace_period_seconds,
-                ..ObjectMeta::default()
+                ..Meta::new(
+                    m.namespace.as_deref(),
+                    m.name.as_deref(),
+                    m.uid.as_deref(),
+                    m.resource_version.as_deref(),
+                    labels,
+                )
             },
             spec: p.spec,
             status: p.status,
@@ -79,18 +231,6 @@ impl From<PodJson> for Pod {
     }
 }
 
-/// The metadata we keep: what identifies the pod (name, namespace, uid,
-/// resourceVersion), what the log shows (labels, deletionTimestamp and its
-/// grace period) and `generation`, which the API server raises by one for
-/// every change to the pod's spec (for pods since Kubernetes 1.33) and when a
-/// delete starts: the spec's fingerprint, free.
-///
-/// Of the rest of ObjectMeta, what a client can change after the create is
-/// fingerprinted: annotations, ownerReferences and finalizers. Left out, and
-/// skipped unparsed: the fields fixed at create (generateName,
-/// creationTimestamp), and `managedFields`, whose timestamps change with any
-/// write, status included: it would make every update look like a metadata
-/// change, as resourceVersion would.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct KeptMetadata {
@@ -110,7 +250,14 @@ struct KeptMetadata {
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Spec {
-    pub node_name: Option<String>,
+    /// Shared by every pod on the node ([`shared_name`]).
+    #[serde(default, deserialize_with = "shared")]
+    pub node_name: Option<Arc<str>>,
+}
+
+fn shared<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Arc<str>>, D::Error> {
+    let name = Option::<std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+    Ok(name.filter(|n| !n.is_empty()).map(|n| shared_name(&n)))
 }
 
 /// What `kubectl describe pod` shows of the status, and a fingerprint of the
@@ -354,25 +501,6 @@ pub(crate) fn hash_of<T: Hash + ?Sized>(value: &T) -> u64 {
     hasher.finish()
 }
 
-impl k8s_openapi::Resource for Pod {
-    const API_VERSION: &'static str = "v1";
-    const GROUP: &'static str = "";
-    const KIND: &'static str = "Pod";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "pods";
-    type Scope = k8s_openapi::NamespaceResourceScope;
-}
-
-impl k8s_openapi::Metadata for Pod {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
 /// The small summary of a pod that the worker compares. Its fields are
 /// copied out of the cache for the moment of a sync; the rest of the pod is
 /// shared with it: `pod` is the cache's own `Arc`, which Rust lets us read and
@@ -405,8 +533,8 @@ impl PodState {
         // label is shown as it is, one a proxy made up cannot break the line.
         let shown = |s: &str| cleaned(s, NAME_CHARS).into_owned();
         PodState {
-            uid: shown(&pod.uid().unwrap_or_default()),
-            resource_version: pod.resource_version().unwrap_or_default(),
+            uid: shown(pod.uid().unwrap_or_default()),
+            resource_version: pod.resource_version().unwrap_or_default().to_string(),
             phase: status.and_then(|s| s.phase.as_deref()).unwrap_or("Unknown").to_string(),
             node: pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).map(shown).unwrap_or_default(),
             ready: containers.iter().filter(|c| c.ready).count(),
@@ -453,13 +581,12 @@ mod tests {
             }
         });
         let p: Arc<Pod> = Arc::new(serde_json::from_value(json).unwrap());
-        assert_eq!((p.name_any(), p.namespace().as_deref(), p.uid().as_deref()), ("p".into(), Some("a"), Some("u1")));
-        assert_eq!(p.resource_version().as_deref(), Some("7"));
+        assert_eq!((p.name(), p.namespace(), p.uid()), ("p", Some("a"), Some("u1")));
+        assert_eq!(p.resource_version(), Some("7"));
         assert_eq!(p.metadata.generation, Some(2));
-        assert_eq!(p.labels().get("app").map(String::as_str), Some("web"));
+        assert_eq!(p.labels().get("app"), Some("web"));
         assert!(p.metadata.deletion_timestamp.is_some());
-        assert!(p.metadata.annotations.is_none() && p.metadata.managed_fields.is_none());
-        assert!(p.metadata.owner_references.is_none());
+        // Annotations, managedFields and ownerReferences have no field to land in.
         assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"));
         let status = p.status.as_ref().unwrap();
         assert_eq!(status.phase.as_deref(), Some("Running"));
@@ -489,10 +616,24 @@ mod tests {
     }
 
     #[test]
+    fn labels_are_one_text_in_key_order_and_read_back_as_pairs() {
+        let labels = Labels::new([("tier", "web"), ("app", "shop"), ("empty", "")]);
+        let pairs: Vec<_> = labels.iter().collect();
+        assert_eq!(pairs, [("app", "shop"), ("empty", ""), ("tier", "web")]);
+        assert_eq!((labels.get("tier"), labels.get("empty"), labels.get("none")), (Some("web"), Some(""), None));
+        // A NUL (which the API server never sends) cannot shift the pairs.
+        let odd = Labels::new([("a\0b", "c"), ("d", "e\0")]);
+        assert_eq!(odd.iter().collect::<Vec<_>>(), [("a\u{FFFD}b", "c"), ("d", "e\u{FFFD}")]);
+        assert!(Labels::default().is_empty() && Labels::default().iter().next().is_none());
+    }
+
+    #[test]
     fn the_slim_pod_is_a_fraction_of_k8s_openapis() {
         let slim = std::mem::size_of::<Pod>();
         let full = std::mem::size_of::<k8s_openapi::api::core::v1::Pod>();
         assert!(slim * 4 < full, "slim {slim} B vs full {full} B");
+        let (meta, object_meta) = (std::mem::size_of::<Meta>(), std::mem::size_of::<ObjectMeta>());
+        assert!(meta * 2 < object_meta, "Meta {meta} B vs ObjectMeta {object_meta} B");
         // Most containers run: their state is a tag, its details are boxed.
         assert_eq!(std::mem::size_of::<State>(), 16);
     }

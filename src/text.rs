@@ -45,18 +45,36 @@ impl Word {
         } else {
             raw
         };
-        // Held for a lookup only; pods are parsed mostly by the watcher's one
-        // task, so it is rarely contended.
-        let mut shared = SHARED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(word) = shared.get(text) {
-            return Word(word.clone());
-        }
-        let word: Arc<str> = Arc::from(text);
-        if shared.len() < SHARED_WORDS {
-            shared.insert(word.clone());
-        }
-        Word(word)
+        Word(share(&SHARED, text, SHARED_WORDS))
     }
+}
+
+/// How many distinct names are shared at most (see [`shared_name`]).
+const SHARED_NAMES: usize = 16_384;
+
+/// A namespace or a node name, shared by every pod that has it: the store
+/// holds one `default` for all the pods of `default`, not one each. Unlike a
+/// [`Word`] it is kept exactly as the server sent it (a key is looked up by
+/// it); what is shown of it is cleaned where it is printed. Past
+/// [`SHARED_NAMES`] distinct names, a new one is a plain allocation.
+pub fn shared_name(raw: &str) -> Arc<str> {
+    static SHARED: LazyLock<Mutex<HashSet<Arc<str>>>> = LazyLock::new(Default::default);
+    share(&SHARED, raw, SHARED_NAMES)
+}
+
+/// The copy of `text` in `table`, added while the table has fewer than `cap`.
+fn share(table: &Mutex<HashSet<Arc<str>>>, text: &str, cap: usize) -> Arc<str> {
+    // Held for a lookup only; pods are parsed mostly by the watcher's one
+    // task, so it is rarely contended.
+    let mut shared = table.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(known) = shared.get(text) {
+        return known.clone();
+    }
+    let new: Arc<str> = Arc::from(text);
+    if shared.len() < cap {
+        shared.insert(new.clone());
+    }
+    new
 }
 
 impl Default for Word {

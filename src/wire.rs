@@ -24,11 +24,11 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use kube::runtime::watcher::{self, Event};
 use kube_pod_protobuf::WireError;
-use kube_pod_protobuf::messages::{ContainerStatusMsg, PodMsg, PodStatusMsg, StateMsg, non_empty, non_zero};
+use kube_pod_protobuf::messages::{ContainerStatusMsg, PodMsg, PodStatusMsg, StateMsg, TimeMsg, non_empty, non_zero};
 use kube_pod_protobuf::watch::{self as protobuf, Refusal};
 
-use crate::pod::{self, Condition, Conditions, ContainerStatus, Pod, State, Terminated, Truth, Waiting};
-use crate::text::{Text, WORD_CHARS, Word, cleaned};
+use crate::pod::{self, ApiPod, Condition, Conditions, ContainerStatus, Pod, State, Terminated, Truth, Waiting};
+use crate::text::{Text, WORD_CHARS, Word, cleaned, shared_name};
 
 /// How far the protobuf watch came (see [`events`]): the informer keeps one,
 /// the leader reads it.
@@ -60,12 +60,12 @@ impl std::fmt::Display for Wire {
 pub fn events(
     wire: Wire,
     accept: Option<&str>,
-    api: kube::Api<Pod>,
+    api: kube::Api<ApiPod>,
     config: watcher::Config,
     position: &Position,
 ) -> BoxStream<'static, watcher::Result<Event<Pod>>> {
     match wire {
-        Wire::Json => watcher::watcher(api, config).boxed(),
+        Wire::Json => watcher::watcher(api, config).map(|event| event.map(cached)).boxed(),
         Wire::Protobuf => {
             let namespace = api.namespace().map(str::to_string);
             let mut options = protobuf::Options::default().on_interrupted(on_interrupted).position(position.clone());
@@ -74,6 +74,17 @@ pub fn events(
             }
             protobuf::watcher(api.into_client(), namespace.as_deref(), config, options).boxed()
         }
+    }
+}
+
+/// kube's JSON watcher hands out [`ApiPod`]s; the cache keeps their [`Pod`].
+fn cached(event: Event<ApiPod>) -> Event<Pod> {
+    match event {
+        Event::Apply(pod) => Event::Apply(pod.into_pod()),
+        Event::Delete(pod) => Event::Delete(pod.into_pod()),
+        Event::Init => Event::Init,
+        Event::InitApply(pod) => Event::InitApply(pod.into_pod()),
+        Event::InitDone => Event::InitDone,
     }
 }
 
@@ -202,8 +213,22 @@ impl From<PodMsg> for Pod {
             }
         });
         Pod {
-            metadata: m.into_object_meta(),
-            spec: pod.spec.map(|s| pod::Spec { node_name: non_empty(s.node_name) }),
+            metadata: pod::Meta {
+                generation: non_zero(m.generation),
+                deletion_timestamp: m.deletion_timestamp.and_then(TimeMsg::into_time),
+                // A pointer in Go: 0 is sent only when it is 0, and means it.
+                deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+                ..pod::Meta::new(
+                    m.namespace.as_deref(),
+                    m.name.as_deref(),
+                    m.uid.as_deref(),
+                    m.resource_version.as_deref(),
+                    pod::Labels::new(m.labels.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+                )
+            },
+            spec: pod
+                .spec
+                .map(|s| pod::Spec { node_name: s.node_name.as_deref().filter(|n| !n.is_empty()).map(shared_name) }),
             status,
             unshown_metadata: pod::hash_of(&unshown),
             unreadable_status,

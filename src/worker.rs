@@ -18,7 +18,7 @@ use crate::key::Key;
 use crate::leader::{Seen, Verdict};
 pub use crate::line::Change;
 use crate::line::log;
-use crate::pod::{Pod, PodState};
+use crate::pod::{ApiPod, Pod, PodState};
 use crate::text::cleaned;
 
 // ANCHOR: decide
@@ -114,7 +114,7 @@ pub struct Worker {
     /// why; only the sync knows which deletes it is about to log, so it asks
     /// for those, and it is the sync that must remember the answer until the
     /// pod's return, to say "now matches the selector" then.
-    selector: Option<Api<Pod>>,
+    selector: Option<Api<ApiPod>>,
     /// Pods we logged as having left the selector, so that their return says
     /// "now matches the selector" rather than looking like a new pod.
     left: Mutex<LeftSelector>,
@@ -124,7 +124,7 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(cache: Arc<Cache>, skip_existing: bool, selector: Option<Api<Pod>>) -> Worker {
+    pub fn new(cache: Arc<Cache>, skip_existing: bool, selector: Option<Api<ApiPod>>) -> Worker {
         Worker {
             cache,
             last: Mutex::new(HashMap::new()),
@@ -240,16 +240,16 @@ impl Worker {
     async fn left_selector(&self, pod: &Pod) -> Result<bool, kube::Error> {
         let Some(api) = self.selector.clone() else { return Ok(false) };
         let namespace = pod.namespace().unwrap_or_default();
-        let api = Api::<Pod>::namespaced(api.into_client(), &namespace);
+        let api = Api::<ApiPod>::namespaced(api.into_client(), namespace);
         // A LIST narrowed to the one name, not a GET: the same answer, and it
         // needs only the `list` verb the informer already has, so the
         // manifest's RBAC stays list + watch.
-        let mut by_name = ListParams::default().fields(&format!("metadata.name={}", pod.name_any()));
+        let mut by_name = ListParams::default().fields(&format!("metadata.name={}", pod.name()));
         if let Some(rv) = pod.resource_version() {
-            by_name = by_name.at(&rv).matching(VersionMatch::NotOlderThan);
+            by_name = by_name.at(rv).matching(VersionMatch::NotOlderThan);
         }
         let now = api.list_metadata(&by_name).await?;
-        Ok(now.items.iter().any(|now| now.uid() == pod.uid()))
+        Ok(now.items.iter().any(|now| now.uid().as_deref() == pod.uid()))
     }
 
     fn lock_last(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<Pod>>> {
@@ -432,7 +432,7 @@ mod tests {
         synced(&cache, vec![pod("ns", "p", "u1", "1")]);
         assert_eq!(kinds(&worker.sync(&key("p")).await), vec![("onAdd", "u1".into())]);
         let mut labelled = pod("ns", "p", "u1", "2");
-        labelled.metadata.labels = Some([("tier".to_string(), "web".to_string())].into());
+        labelled.metadata.labels = crate::pod::Labels::new([("tier", "web")]);
         cache.apply(Event::Apply(labelled), Relist::default());
         let changes = worker.sync(&key("p")).await;
         assert_eq!(kinds(&changes), vec![("onUpdate", "u1".into())]);

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::*;
-use demo_controller::pod::Pod;
+use demo_controller::pod::{ApiPod, Pod};
 use futures::StreamExt;
 use http_body_util::BodyExt;
 use k8s_pb::api::core::v1 as pb;
@@ -90,7 +90,8 @@ async fn the_same_pods_read_as_json_and_as_protobuf_are_the_same() {
     create(&c.client, &ns, "plain", &[]).await;
 
     // JSON, through kube and pod.rs's serde types.
-    let json = Api::<Pod>::namespaced(c.client.clone(), &ns).list(&ListParams::default()).await.expect("list as JSON");
+    let json =
+        Api::<ApiPod>::namespaced(c.client.clone(), &ns).list(&ListParams::default()).await.expect("list as JSON");
 
     // Protobuf, the same LIST.
     let (code, content_type, body) = get_protobuf(&c.client, &format!("/api/v1/namespaces/{ns}/pods")).await;
@@ -104,7 +105,7 @@ async fn the_same_pods_read_as_json_and_as_protobuf_are_the_same() {
     assert!(!page.resource_version.is_empty(), "a list carries a resourceVersion");
 
     let mut ours: Vec<Pod> = page.items.into_iter().map(without_fingerprints).collect();
-    let mut theirs: Vec<Pod> = json.items.into_iter().map(without_fingerprints).collect();
+    let mut theirs: Vec<Pod> = json.items.into_iter().map(ApiPod::into_pod).map(without_fingerprints).collect();
     ours.sort_by_key(|p| p.metadata.name.clone());
     theirs.sort_by_key(|p| p.metadata.name.clone());
     assert_eq!(ours, theirs);
@@ -124,7 +125,7 @@ async fn the_same_pods_read_as_json_and_as_protobuf_are_the_same() {
         .collect();
     names.sort();
     let ours: Vec<(String, String)> =
-        ours.iter().map(|p| (p.metadata.name.clone().unwrap(), p.metadata.resource_version.clone().unwrap())).collect();
+        ours.iter().map(|p| (p.name().to_string(), p.resource_version().unwrap_or_default().to_string())).collect();
     assert_eq!(names, ours);
     release(&c.client, &ns, "rich").await;
 }
@@ -134,7 +135,7 @@ async fn the_same_pods_read_as_json_and_as_protobuf_are_the_same() {
 async fn a_real_watch_is_length_prefixed_protobuf_frames() {
     let c = cluster().await;
     let ns = namespace(&c.client, "pb-watch").await;
-    let list = Api::<Pod>::namespaced(c.client.clone(), &ns).list(&ListParams::default()).await.unwrap();
+    let list = Api::<ApiPod>::namespaced(c.client.clone(), &ns).list(&ListParams::default()).await.unwrap();
     let rv = list.metadata.resource_version.unwrap();
     let path = format!("/api/v1/namespaces/{ns}/pods?watch=1&resourceVersion={rv}&timeoutSeconds=10");
     let (code, content_type, body) = get_protobuf(&c.client, &path).await;
