@@ -208,8 +208,8 @@ fn memory_rule() -> String {
     let (pods, request_mib, limit_mib) = manifest_sizing(&request, &limit);
     out += &format!(
         "\nrequest = {request} (at least {REQUEST_HEADROOM}x the steady RSS),\n\
-         limit = {limit} (at least {LIMIT_HEADROOM}x the peak of a relist, when the old and the new list are both in\n\
-         memory, plus the {KEPT_MIB} MiB a standby may keep of the lines past the leader's mark). `demo-controller.yaml`\n\
+         limit = {limit} (at least {LIMIT_HEADROOM}x the peak of a relist, when the new list is read beside the old one,\n\
+         plus the {KEPT_MIB} MiB a standby may keep of the lines past the leader's mark). `demo-controller.yaml`\n\
          sets it for {pods} pods{extended}: {request_mib}Mi / {limit_mib}Mi.\n",
         extended = extended_past(&bench).map(|e| format!(", {e}")).unwrap_or_default()
     );

@@ -3,9 +3,10 @@
 # cannot be pulled (no container registry is reachable here), under the same
 # tags, so the Dockerfile builds unchanged:
 #   rust:1.95-bookworm                  a Debian bookworm rootfs (debootstrap, from
-#                                       the Debian mirror apt uses) with gcc,
-#                                       libc6-dev, ca-certificates, pkg-config and
-#                                       this host's Rust toolchain copied in
+#                                       the Debian mirror apt uses) with gcc, make
+#                                       (jemalloc's build runs it), libc6-dev,
+#                                       ca-certificates, pkg-config and this
+#                                       host's Rust toolchain copied in
 #   gcr.io/distroless/cc-debian12:nonroot  a distroless-like runtime: only the files
 #                                       of base-files netbase tzdata ca-certificates
 #                                       libc6 libgcc-s1 libgomp1 libstdc++6 libssl3
@@ -92,7 +93,7 @@ if ! has "$build_tag"; then
 	mirror=${mirror:-http://deb.debian.org/debian}
 	log "building a LOCAL STAND-IN for $build_tag: debootstrap bookworm from $mirror + this host's Rust $rust_version (about 90 s)"
 	b=$work/build
-	debootstrap --variant=minbase --include=gcc,libc6-dev,ca-certificates,pkg-config bookworm "$b" "$mirror" >"$work/debootstrap.log" 2>&1 ||
+	debootstrap --variant=minbase --include=gcc,make,libc6-dev,ca-certificates,pkg-config bookworm "$b" "$mirror" >"$work/debootstrap.log" 2>&1 ||
 		{ log "error: debootstrap failed:"; tail -n 20 "$work/debootstrap.log" >&2; exit 1; }
 	# The build container must trust what the host trusts, or cargo's
 	# downloads fail wherever TLS is intercepted.
