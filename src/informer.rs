@@ -764,15 +764,6 @@ pub(crate) mod tests {
         Pod { metadata: Meta::new(Some(ns), Some(name), Some(uid), Some(rv), Labels::default()), ..Default::default() }
     }
 
-    /// A whole list, as the watcher hands it over: Init, each pod, InitDone.
-    pub(crate) fn listed(cache: &Cache, pods: Vec<Pod>) {
-        cache.apply(Event::Init, Relist::default());
-        for p in pods {
-            cache.apply(Event::InitApply(p), Relist::default());
-        }
-        cache.apply(Event::InitDone, Relist::default());
-    }
-
     fn key(ns: &str, name: &str) -> Key {
         Key { namespace: ns.into(), name: name.into() }
     }
@@ -946,10 +937,16 @@ pub(crate) mod tests {
     #[test]
     fn a_relist_keeps_one_copy_of_a_pod_that_did_not_change() {
         let cache = Cache::new();
-        listed(&cache, vec![pod("a", "same", "u1", "5"), pod("a", "moved", "u2", "6")]);
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitApply(pod("a", "same", "u1", "5")), Relist::default());
+        cache.apply(Event::InitApply(pod("a", "moved", "u2", "6")), Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
         let before = |name| cache.take(&key("a", name)).current.unwrap();
         let (same, moved) = (before("same"), before("moved"));
-        listed(&cache, vec![pod("a", "same", "u1", "5"), pod("a", "moved", "u2", "7")]);
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitApply(pod("a", "same", "u1", "5")), Relist::default());
+        cache.apply(Event::InitApply(pod("a", "moved", "u2", "7")), Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
         assert!(Arc::ptr_eq(&cache.take(&key("a", "same")).current.unwrap(), &same), "the one copy is kept");
         let now = cache.take(&key("a", "moved")).current.unwrap();
         assert!(!Arc::ptr_eq(&now, &moved) && now.resource_version() == Some("7"));

@@ -303,7 +303,7 @@ impl LeftSelector {
 mod tests {
     use super::*;
     use crate::informer::Relist;
-    use crate::informer::tests::{listed as synced, pod};
+    use crate::informer::tests::pod;
     use kube::runtime::watcher::Event;
 
     fn state(uid: &str, rv: &str) -> PodState {
@@ -404,6 +404,14 @@ mod tests {
 
     fn key(name: &str) -> Key {
         Key { namespace: "ns".into(), name: name.into() }
+    }
+
+    fn synced(cache: &Cache, pods: Vec<Pod>) {
+        cache.apply(Event::Init, Relist::default());
+        for p in pods {
+            cache.apply(Event::InitApply(p), Relist::default());
+        }
+        cache.apply(Event::InitDone, Relist::default());
     }
 
     fn kinds(lines: &[Line]) -> Vec<(&'static str, String)> {
