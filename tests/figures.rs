@@ -276,6 +276,31 @@ fn git_tree(rev: &str, dir: &str) -> Option<String> {
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// The trees of src/ and crates/ as the checkout has them now, edits not yet
+/// committed included, so that a run before `git commit` already sees that a
+/// change to src/ makes the results older than the code. The files go through
+/// an index of the test's own; the checkout's index is left as it is.
+fn working_trees() -> (String, String) {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let index = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("figures-index-{}-{call}", std::process::id()));
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .env("GIT_INDEX_FILE", &index)
+            .current_dir(repo())
+            .output()
+            .expect("the results' age needs git");
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let _ = std::fs::remove_file(&index);
+    git(&["add", "--all", "--", "src", "crates"]);
+    let trees = (git(&["write-tree", "--prefix=src/"]), git(&["write-tree", "--prefix=crates/"]));
+    let _ = std::fs::remove_file(&index);
+    trees
+}
+
 /// The trees of src/ and crates/ a run measured: recorded as `code measured`
 /// since the harness writes it, else those of the commit it names.
 fn measured_trees(facts: &Value) -> Option<(String, String)> {
@@ -297,9 +322,7 @@ fn bench_age() -> String {
     let b = Bench::load();
     let facts = &b.0["facts"];
     let commit = facts["commit"].as_str().unwrap_or("unknown");
-    let now = git_tree("HEAD", "src")
-        .zip(git_tree("HEAD", "crates"))
-        .expect("the benchmark's age needs the git checkout (git rev-parse HEAD:src)");
+    let now = working_trees();
     match measured_trees(facts) {
         Some(measured) if measured == now => {
             format!("These results measured `src/` and `crates/` as they are now (commit {commit}).\n")
@@ -492,9 +515,7 @@ fn the_promises_are_stated_in_the_words_the_soak_checks() {
 fn soak_age() -> String {
     let r = Soak::load();
     let commit = r.text("/facts/commit");
-    let now = git_tree("HEAD", "src")
-        .zip(git_tree("HEAD", "crates"))
-        .expect("the soak's age needs the git checkout (git rev-parse HEAD:src)");
+    let now = working_trees();
     match measured_trees(&r.0["facts"]) {
         Some(ran) if ran == now => format!("This soak ran `src/` and `crates/` as they are now (commit {commit}).\n"),
         Some(_) => format!(
