@@ -281,24 +281,27 @@ fn git_tree(rev: &str, dir: &str) -> Option<String> {
 /// change to src/ makes the results older than the code. The files go through
 /// an index of the test's own; the checkout's index is left as it is.
 fn working_trees() -> (String, String) {
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let index = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("figures-index-{}-{call}", std::process::id()));
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .env("GIT_INDEX_FILE", &index)
-            .current_dir(repo())
-            .output()
-            .expect("the results' age needs git");
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
-    let _ = std::fs::remove_file(&index);
-    git(&["add", "--all", "--", "src", "crates"]);
-    let trees = (git(&["write-tree", "--prefix=src/"]), git(&["write-tree", "--prefix=crates/"]));
-    let _ = std::fs::remove_file(&index);
-    trees
+    static TREES: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    TREES
+        .get_or_init(|| {
+            let index = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("figures-index-{}", std::process::id()));
+            let git = |args: &[&str]| {
+                let out = std::process::Command::new("git")
+                    .args(args)
+                    .env("GIT_INDEX_FILE", &index)
+                    .current_dir(repo())
+                    .output()
+                    .expect("the results' age needs git");
+                assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+                String::from_utf8_lossy(&out.stdout).trim().to_string()
+            };
+            let _ = std::fs::remove_file(&index);
+            git(&["add", "--all", "--", "src", "crates"]);
+            let trees = (git(&["write-tree", "--prefix=src/"]), git(&["write-tree", "--prefix=crates/"]));
+            let _ = std::fs::remove_file(&index);
+            trees
+        })
+        .clone()
 }
 
 /// The trees of src/ and crates/ a run measured: recorded as `code measured`
