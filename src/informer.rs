@@ -93,7 +93,8 @@ pub struct Listed {
     /// The list's resourceVersion (protobuf only; kube's JSON watcher keeps
     /// it to itself).
     pub by: Option<u64>,
-    /// The newest pod resourceVersion in the list: a lower bound of `by`.
+    /// The newest pod resourceVersion in the list, where `by` is not known:
+    /// a lower bound of it.
     pub newest: Option<u64>,
 }
 
@@ -254,7 +255,8 @@ impl Cache {
                     }
                 }
                 metrics::relisted();
-                let newest = now.values().filter_map(|pod| version(pod)).max();
+                // Where the list's own resourceVersion is not known (JSON).
+                let newest = relist.by.is_none().then(|| now.values().filter_map(|pod| version(pod)).max()).flatten();
                 inner.last_list = Some(Listed { after: relist.after, by: relist.by, newest });
                 if inner.first_list.is_none() {
                     inner.first_list = Some(now.len());
