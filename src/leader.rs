@@ -25,7 +25,9 @@
 //! lost, and nothing twice but for the one kind of line below, which says
 //! so. After a crash the mark is up to one retry period
 //! old, so the kept lines may have been logged already: they say
-//! `replayed=true`.
+//! `replayed=true`. A replica takes the lease only while its watch
+//! delivers, and a new leader that knows part of what came after the mark
+//! only from a list says which range may be missing deletes (catchup.rs).
 //!
 //! One kind of line is not at its pod's resourceVersion: a delete that a
 //! relist found (the pod is missing from the new list; its DELETED event
