@@ -98,9 +98,10 @@ impl Controller {
         self.queue.clone()
     }
 
-    /// How far the informer's watch stream came, for the leader's mark.
-    pub fn position(&self) -> crate::wire::Position {
-        self.cache.position()
+    /// The watch as the elector sees it: its position, whether it is down,
+    /// what its last list bounds (see catchup.rs).
+    pub fn watch(&self) -> crate::catchup::Watch {
+        crate::catchup::Watch::new(self.cache.clone())
     }
 
     /// Resolves once the cache holds the first list (the WaitForCacheSync

@@ -50,6 +50,10 @@ pub struct Cache {
     /// the queue ([`run`] says when it moves): the protobuf watcher writes
     /// it, kube's JSON watcher does not. The leader's mark is made of it.
     position: crate::wire::Position,
+    /// Woken when the API server is known to answer again (the elector's
+    /// Lease requests got through after failing): a watch waiting out its
+    /// backoff retries at once ([`Cache::server_answered`]).
+    answered: tokio::sync::Notify,
 }
 
 /// Everything the informer writes, behind one lock. A worker reads the store
@@ -75,6 +79,23 @@ struct Inner {
     first_list: Option<usize>,
     /// Pods whose last status could not be read, so that it is said once.
     unreadable: HashSet<Key>,
+    /// The last list taken in, and what it bounds (see [`Listed`]).
+    last_list: Option<Listed>,
+}
+
+/// The last list a cache took in: the range it knows only as a list, not
+/// change by change. A pod created and deleted in that range left no trace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Listed {
+    /// Where the stream was when the list started (None: the first list,
+    /// which has nothing before it).
+    pub after: Option<u64>,
+    /// The list's resourceVersion (protobuf only; kube's JSON watcher keeps
+    /// it to itself).
+    pub by: Option<u64>,
+    /// The newest pod resourceVersion in the list, where `by` is not known:
+    /// a lower bound of it.
+    pub newest: Option<u64>,
 }
 
 /// The last state of a pod that left the cache.
@@ -126,12 +147,14 @@ impl Cache {
             initial: HashSet::new(),
             first_list: None,
             unreadable: HashSet::new(),
+            last_list: None,
         };
         Arc::new(Cache {
             pods: RwLock::default(),
             inner: Mutex::new(inner),
             ready: tokio::sync::watch::Sender::new(false),
             position: crate::wire::Position::default(),
+            answered: tokio::sync::Notify::new(),
         })
     }
 
@@ -232,6 +255,9 @@ impl Cache {
                     }
                 }
                 metrics::relisted();
+                // Where the list's own resourceVersion is not known (JSON).
+                let newest = relist.by.is_none().then(|| now.values().filter_map(|pod| version(pod)).max()).flatten();
+                inner.last_list = Some(Listed { after: relist.after, by: relist.by, newest });
                 if inner.first_list.is_none() {
                     inner.first_list = Some(now.len());
                     inner.initial = now.values().filter_map(|pod| pod.uid()).map(str::to_string).collect();
@@ -332,13 +358,30 @@ impl Cache {
 
     /// The newest resourceVersion among the pods in the store.
     pub fn newest_version(&self) -> Option<u64> {
-        self.pods().values().filter_map(|p| p.metadata.resource_version.as_deref()?.parse::<u64>().ok()).max()
+        self.pods().values().filter_map(|p| version(p)).max()
+    }
+
+    /// The last list taken in (None before the first one is in).
+    pub fn last_list(&self) -> Option<Listed> {
+        self.lock().last_list
+    }
+
+    /// The API server answers again (the elector reached the Lease after
+    /// failing to): a watch waiting out its reconnect backoff retries now,
+    /// with its backoff back at the start.
+    pub fn server_answered(&self) {
+        self.answered.notify_waiters();
     }
 
     /// How many pods the store holds.
     pub fn pod_count(&self) -> usize {
         self.pods().len()
     }
+}
+
+/// A pod's resourceVersion, if it is a number.
+fn version(pod: &Pod) -> Option<u64> {
+    pod.metadata.resource_version.as_deref()?.parse().ok()
 }
 
 /// Whether `known` is the same pod as `listed` at the same or a newer
@@ -482,6 +525,9 @@ pub async fn run(
                     list.track(&event);
                     if let Event::Apply(pod) | Event::Delete(pod) = &event {
                         streamed = streamed.max(pod.metadata.resource_version.as_deref().and_then(|v| v.parse().ok()));
+                        // The watch delivers: the server answers, so the
+                        // next outage starts its backoff over.
+                        backoff = Backoff::default();
                     }
                     // The bounds of the deletes a list reveals: how far the
                     // stream had come before it (the position does not move
@@ -555,9 +601,8 @@ pub async fn run(
                     if listed && leaves_empty(&error, streaming, watcher_listed) {
                         break Some(delay);
                     }
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        _ = tokio::time::sleep(delay) => {}
+                    if !wait_out(delay, &cache, &mut backoff, &shutdown).await {
+                        return;
                     }
                 }
                 None => {
@@ -575,11 +620,28 @@ pub async fn run(
         config.initial_list_strategy = InitialListStrategy::ListWatch;
         config.list_semantic =
             if listed || list_refused { watcher::ListSemantic::MostRecent } else { watcher::ListSemantic::Any };
-        if let Some(delay) = delay {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(delay) => {}
-            }
+        if let Some(delay) = delay
+            && !wait_out(delay, &cache, &mut backoff, &shutdown).await
+        {
+            return;
+        }
+    }
+}
+
+/// Waits out the reconnect backoff's `delay`, or less: once the API server
+/// is known to answer again ([`Cache::server_answered`]), the retry comes at
+/// once and the backoff starts over. A backoff grown through an outage would
+/// otherwise keep the watch away for up to 45 s after the server came back,
+/// while everything else already talks to it again. Returns false at the
+/// shutdown.
+async fn wait_out(delay: Duration, cache: &Cache, backoff: &mut Backoff, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        _ = tokio::time::sleep(delay) => true,
+        _ = cache.answered.notified() => {
+            *backoff = Backoff::default();
+            info!("the API server answers again: retrying the watch now");
+            true
         }
     }
 }
@@ -708,10 +770,14 @@ fn refuses_streaming_lists(error: &watcher::Error) -> bool {
 /// client-go's reflector rule: 800 ms, doubling up to 30 s, each delay
 /// stretched by a random part (up to +50% here) so many replicas that lost the
 /// same server do not come back in lockstep; and the schedule starts over
-/// after [`Backoff::QUIET`] without a failure. A reset on the next event alone
-/// would not do: a quiet cluster has no events, so one outage would leave the
-/// next blip waiting 30 s; and a server that drops us after every event would
-/// be retried every 800 ms.
+/// after [`Backoff::QUIET`] without a failure: a quiet cluster has no
+/// events, so one outage would otherwise leave the next blip waiting 30 s.
+/// It also starts over when the server is seen to answer again: a change
+/// the watch delivers, or (with `--leader-elect`) a Lease request that gets
+/// through after failing ([`Cache::server_answered`]). Without that, API
+/// server restarts closer together than [`Backoff::QUIET`] would grow it to
+/// its maximum, and a standby's watch would stay away long after the server
+/// came back.
 #[derive(Debug)]
 pub struct Backoff {
     next: Duration,
@@ -888,6 +954,29 @@ pub(crate) mod tests {
         // ... but after two quiet minutes the schedule starts over.
         tokio::time::advance(Duration::from_secs(30 + 120)).await;
         assert_eq!(b.next_delay(Instant::now(), 0.0), Duration::from_millis(800));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grown_backoff_ends_and_starts_over_once_the_server_answers_again() {
+        let (cache, shutdown, mut b) = (Cache::new(), CancellationToken::new(), Backoff::default());
+        // Restarts closer together than two quiet minutes: grown to 30 s.
+        for _ in 0..6 {
+            b.next_delay(Instant::now(), 0.0);
+        }
+        let delay = b.next_delay(Instant::now(), 0.0);
+        assert_eq!(delay, Backoff::MAX);
+        let started = Instant::now();
+        {
+            let waiting = wait_out(delay, &cache, &mut b, &shutdown);
+            tokio::pin!(waiting);
+            assert!(futures::poll!(&mut waiting).is_pending(), "it waits");
+            tokio::time::advance(Duration::from_secs(1)).await;
+            // The elector's Lease request got through after failing.
+            cache.server_answered();
+            assert!(waiting.await, "not a shutdown");
+        }
+        assert_eq!(started.elapsed(), Duration::from_secs(1), "the retry comes at once, not after 30 s");
+        assert_eq!(b.next_delay(Instant::now(), 0.0), Backoff::INITIAL, "and the next outage starts over");
     }
 
     #[test]

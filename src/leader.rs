@@ -25,7 +25,9 @@
 //! lost, and nothing twice but for the one kind of line below, which says
 //! so. After a crash the mark is up to one retry period
 //! old, so the kept lines may have been logged already: they say
-//! `replayed=true`.
+//! `replayed=true`. A replica takes the lease only while its watch
+//! delivers, and a new leader that knows part of what came after the mark
+//! only from a list says which range may be missing deletes (catchup.rs).
 //!
 //! One kind of line is not at its pod's resourceVersion: a delete that a
 //! relist found (the pod is missing from the new list; its DELETED event
@@ -70,8 +72,8 @@ use kube::api::PostParams;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::catchup::{Watch, caught_up};
 use crate::faults::ElectionFaults;
-use crate::wire::Position;
 
 use crate::informer::Relist;
 use crate::key::Key;
@@ -831,17 +833,6 @@ impl Gate {
     }
 }
 
-/// Whether a replica whose first list's newest pod resourceVersion was
-/// `joined` has followed a leader whose mark is `mark`: every change it
-/// knows only from that list, the leader has logged.
-fn caught_up(joined: Option<u64>, mark: Option<u64>) -> bool {
-    match (joined, mark) {
-        (None, _) => true, // the first list was empty
-        (Some(joined), Some(mark)) => mark >= joined,
-        (Some(_), None) => false,
-    }
-}
-
 // ANCHOR: mark
 /// The mark after one look at the informer: its `position`, if the workers
 /// are `idle`, else the `mark` as it was.
@@ -884,8 +875,12 @@ pub struct Elector {
     timings: Timings,
     gate: Arc<Gate>,
     queue: Arc<Queue<Key>>,
-    /// How far the informer's watch stream has come (protobuf only).
-    position: Position,
+    /// This replica's watch of pods: how far its stream has come (protobuf
+    /// only), and whether it is down (see catchup.rs).
+    watch: Watch,
+    /// Why we do not take the lease while our watch is down, once said
+    /// (said once per outage).
+    waiting_for_watch: Option<String>,
     observer: Observer,
     /// The mark we last wrote (kept while the queue is busy).
     mark: Option<u64>,
@@ -933,7 +928,7 @@ impl Elector {
         timings: Timings,
         gate: Arc<Gate>,
         queue: Arc<Queue<Key>>,
-        position: Position,
+        watch: Watch,
     ) -> Elector {
         // 0 from the start, not absent until the first lead: a standby (or a
         // replica refused the lease) shows as one.
@@ -945,7 +940,8 @@ impl Elector {
             timings,
             gate,
             queue,
-            position,
+            watch,
+            waiting_for_watch: None,
             observer: Observer::new(timings.lease_duration, GRACE_RETRIES * timings.retry_period),
             mark: None,
             standing_by: None,
@@ -1008,7 +1004,7 @@ impl Elector {
     /// line back (see [`next_mark`]). While keys wait, the last mark
     /// stands: a mark may lag, never run ahead of the log.
     fn progress(&mut self) -> Option<u64> {
-        let (position, gate, queue) = (&self.position, &self.gate, &self.queue);
+        let (position, gate, queue) = (self.watch.position(), &self.gate, &self.queue);
         let stream = || position.handled().and_then(|rv| rv.parse::<u64>().ok()).max(gate.taken());
         let mut busy = None;
         self.mark = next_mark(self.mark, || *busy.insert(stream()), || queue.is_idle() && !gate.holds());
@@ -1036,6 +1032,10 @@ impl Elector {
             let leading = self.gate.is_leading();
             let started = Instant::now();
             self.attempt = started;
+            // A look at the watch every retry period, so that a failure is
+            // placed where the stream was when it came: a bookmark after it
+            // says the watch is back, even if no pod changed (catchup.rs).
+            self.watch.look();
             // A renew that does not answer must not carry us past the
             // deadline: each try gets what is left of it.
             let left = if leading {
@@ -1087,7 +1087,11 @@ impl Elector {
     /// A try reached the lease: the next failure is a new outage, and a
     /// refusal is over.
     fn reached(&mut self) {
-        self.failing = false;
+        if std::mem::take(&mut self.failing) {
+            // The API server answers: a watch waiting out its backoff after
+            // the same outage need not wait any longer.
+            self.watch.server_answered();
+        }
         if self.forbidden.take().is_some() {
             crate::probes::lease_refused(None);
             info!(lease = self.lease_ref, "the lease can be read and written again");
@@ -1164,6 +1168,9 @@ impl Elector {
                 return Ok(Tried::NotHolding);
             }
             self.waiting_out = None;
+            if self.watch_down() {
+                return Ok(Tried::NotHolding);
+            }
             // A lease that is gone after we saw one held was deleted by
             // hand: that is no release, and its holder may have logged
             // past its last mark.
@@ -1210,6 +1217,10 @@ impl Elector {
                     info!(holder, "standing by: {holder} leads");
                     self.standing_by = Some(holder);
                 }
+                self.gate.follow(record.mark);
+                Ok(Tried::NotHolding)
+            }
+            Step::Take { .. } if self.watch_down() => {
                 self.gate.follow(record.mark);
                 Ok(Tried::NotHolding)
             }
@@ -1318,6 +1329,28 @@ impl Elector {
         }
     }
 
+    /// Whether our watch of pods is down, so that we may not take the lease
+    /// (see [`Watch::down`]): we would lead from a cache that lacks what
+    /// changed meanwhile, and if the watch then relisted, a pod created and
+    /// deleted meanwhile would have no line at all. Said once per outage. The
+    /// lease is taken once the watch delivers again (an event, a list, a
+    /// bookmark); the API server's answers to our Lease requests end its
+    /// backoff at once ([`Elector::reached`]).
+    fn watch_down(&mut self) -> bool {
+        let Some(reason) = self.watch.down() else {
+            self.waiting_for_watch = None;
+            return false;
+        };
+        if self.waiting_for_watch.is_none() {
+            info!(
+                lease = self.lease_ref,
+                "not taking the lease while this replica's watch of pods is down: waiting until it delivers again ({reason})"
+            );
+            self.waiting_for_watch = Some(reason);
+        }
+        true
+    }
+
     /// Whether to leave a lease we could take to another candidate for now.
     /// A replica that started after the leader's last mark (a rollout's new
     /// pod) knows the pods changed since only from its first list: leading,
@@ -1356,6 +1389,9 @@ impl Elector {
         }
         crate::metrics::leader(&self.name, true);
         info!(identity = self.me, resumes_after = mark, released, kept = kept.len(), "became leader");
+        // What no line can show: a pod created and deleted where we saw
+        // only a list. Said, not silently skipped.
+        self.watch.warn_unwatched(mark);
         // What we took in past the mark: after a release the leader had
         // stopped watching before it wrote the mark, so none of it was
         // logged; after a crash any of it may have been. A delete a relist
@@ -1466,15 +1502,6 @@ fn lost_to(holder: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn a_replica_is_caught_up_once_the_mark_passed_its_first_list() {
-        assert!(caught_up(None, None), "an empty first list: nothing known only from it");
-        assert!(caught_up(Some(40), Some(40)));
-        assert!(caught_up(Some(40), Some(90)));
-        assert!(!caught_up(Some(40), Some(39)), "a rollout's new pod listed changes the leader had not logged");
-        assert!(!caught_up(Some(40), None));
-    }
 
     use super::*;
     use crate::pod::PodState;

@@ -17,12 +17,14 @@
 //! text (server text made safe for a line), describe (the words for what
 //! changed, as kubectl describe says it), cli
 //! (flags), client (kubeconfig and clear errors), leader (leader election
-//! and the warm standby), logging, signals (and the
+//! and the warm standby), catchup (whether a replica's cache is caught up
+//! enough to lead), logging, signals (and the
 //! side thread that hears them), probes (/readyz, /healthz), metrics
 //! (/metrics), wire (pods in JSON or in protobuf, the API server's own
 //! format, read by the workspace's kube-pod-protobuf crate) and faults (the
 //! test seam).
 
+pub mod catchup;
 pub mod cli;
 pub mod client;
 pub mod controller;

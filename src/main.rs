@@ -160,8 +160,8 @@ async fn start(args: &Args, side: &tokio::runtime::Handle) -> Result<Started, Ex
     }
     let controller = Controller::with_gate(api, watch, settings, gate.clone());
     let timings = args.leader_timings().map_err(fatal)?; // checked at parse: cannot fail here
-    let (name, queue, position) = (&args.leader_elect_resource_name, controller.queue(), controller.position());
-    let elector = leader::Elector::new(leases, name, timings, gate, queue, position)
+    let (name, queue, watch) = (&args.leader_elect_resource_name, controller.queue(), controller.watch());
+    let elector = leader::Elector::new(leases, name, timings, gate, queue, watch)
         .in_namespace(&args.lease_namespace())
         .with_faults(election_faults);
     info!(

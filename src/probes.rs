@@ -38,6 +38,9 @@ struct State {
     synced: AtomicBool,
     watch_running: AtomicBool,
     last_watch_error: Mutex<Option<String>>,
+    /// Watch failures so far: tells one outage from the next (see
+    /// [`watch_failing`]).
+    watch_failures: std::sync::atomic::AtomicU64,
     workers_expected: AtomicUsize,
     workers_running: AtomicUsize,
     shutting_down: AtomicBool,
@@ -54,7 +57,19 @@ pub fn synced() {
 
 /// Remembers the last watch error for `/readyz`; `None` clears it.
 pub fn watch_error(error: Option<String>) {
-    *STATE.last_watch_error.lock().unwrap_or_else(|p| p.into_inner()) = error;
+    let mut last = STATE.last_watch_error.lock().unwrap_or_else(|p| p.into_inner());
+    if error.is_some() {
+        STATE.watch_failures.fetch_add(1, Ordering::SeqCst);
+    }
+    *last = error;
+}
+
+/// The watch failed and no event came since: the last failure's number and
+/// reason (None: the watch delivers). The elector asks it before it takes
+/// the Lease (catchup.rs).
+pub fn watch_failing() -> Option<(u64, String)> {
+    let last = STATE.last_watch_error.lock().unwrap_or_else(|p| p.into_inner());
+    last.clone().map(|error| (STATE.watch_failures.load(Ordering::SeqCst), error))
 }
 
 /// With `--leader-elect`: the Lease is refused to us (`Some(line)`, a 401

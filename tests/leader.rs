@@ -1039,3 +1039,144 @@ async fn a_lagging_standby_marks_what_it_logs_after_a_crash_that_the_dead_leader
     assert!(after_the_take > 1, "the standby did not lag: the test shows nothing\n{}", b.dump());
     assert_eq!(unmarked, Vec::<Value>::new(), "repeated without replayed=true");
 }
+
+/// The message of a WARN line that names a range that may be missing
+/// deletes (book/src/appendix/standby.md quotes it), from its fields.
+fn missing_deletes(line: &Value) -> String {
+    let after = line["after"].as_u64().expect("after");
+    match line["through"].as_u64() {
+        Some(through) => format!(
+            "deletes between resourceVersion {after} and {through} may be missing: this replica saw that range only as a list, and a list does not show a pod that was created and deleted"
+        ),
+        None => format!(
+            "deletes after resourceVersion {after} may be missing: this replica saw what came after it only as a list, and a list does not show a pod that was created and deleted"
+        ),
+    }
+}
+
+fn is_missing_deletes(line: &Value) -> bool {
+    line["message"].as_str().is_some_and(|m| m.starts_with("deletes ") && m.contains(" may be missing: "))
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_started_again_logs_what_came_meanwhile_and_says_which_deletes_may_be_missing() {
+    // The simplest case, as a new user tries it: one replica logs p1-p3 and
+    // is stopped; p4 is created and p1 deleted while none runs. Started
+    // again, it resumes after its mark and logs p4's onAdd. p1's delete no
+    // list can show: a WARN line names the range it lies in.
+    let c = cluster().await;
+    let ns = namespace(&c.client, "again").await;
+    let mut first = candidate(&c.kubeconfig, &ns);
+    leads(&first).await;
+    first.synced().await;
+    for name in ["p1", "p2", "p3"] {
+        create(&c.client, &ns, name, &[]).await;
+    }
+    first.wait_events(&ns, 3).await;
+    first.signal("TERM");
+    assert_eq!(first.wait_exit(T).await.code(), Some(0), "{}", first.dump());
+    let released = first.wait_message("released the lease", T).await;
+    let mark = released["logged_up_to"].as_u64().expect("a mark");
+    create(&c.client, &ns, "p4", &[]).await;
+    delete(&c.client, &ns, "p1").await;
+    let deleted_by = current_resource_version(&c.client, &ns).await.parse::<u64>().expect("a number");
+
+    let again = candidate(&c.kubeconfig, &ns);
+    let took_over = again.wait_message("became leader", T).await;
+    assert_eq!((took_over["resumes_after"].as_u64(), &took_over["released"]), (Some(mark), &Value::Bool(true)));
+    let events = again.wait_events(&ns, 1).await;
+    assert!(events.contains(&format!("onAdd: {ns}/p4")), "{}", again.dump());
+    let warning = again.wait_for("the missing deletes", T, is_missing_deletes).await;
+    assert_eq!(
+        (&warning["level"], warning["message"].as_str()),
+        (&Value::from("WARN"), Some(&*missing_deletes(&warning)))
+    );
+    assert_eq!(warning["after"].as_u64(), Some(mark), "{warning}");
+    // The range holds p1's delete, unless a list older than it (a lagging
+    // watch cache) still held p1, and its delete came as an event.
+    let logged = events.contains(&format!("onDelete: {ns}/p1"));
+    assert!(logged || warning["through"].as_u64().is_none_or(|t| t >= deleted_by), "{warning}\n{}", again.dump());
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standby_whose_watch_is_down_takes_the_lease_only_once_it_is_back_and_says_what_may_be_missing() {
+    // A leads through a second API server; B stands by through the first,
+    // which goes away: B's watch and its Lease requests fail. A logs what
+    // changes, then is stopped and releases the lease. Pods are created and
+    // deleted while B cannot see them. The first API server comes back: B's
+    // Lease requests get through at once, its watch only once it relisted
+    // (the history it would resume from is compacted). B must not lead
+    // before: it would lead from a cache that lacks what changed, and say
+    // nothing of the deletes no list shows.
+    let plane = Plane::start("leader-watch-down").await;
+    let c = &plane.cluster;
+    let port = free_port();
+    plane.start_apiserver("second-apiserver", Some(port), &["--etcd-compaction-interval=1s"]).await;
+    let second_kc = plane.admin_kubeconfig(&format!("https://127.0.0.1:{port}"));
+    let second = client_for(&second_kc).await;
+    let ns = namespace(&second, "watch-down").await;
+    released_lease(&second, &ns).await;
+    let mut a = candidate_timed(&second_kc, &ns, OUTLASTING, &[]);
+    let a_id = leads(&a).await;
+    a.synced().await;
+    let b = candidate_timed(&c.kubeconfig, &ns, OUTLASTING, &[]);
+    b.wait_message(&format!("standing by: {a_id} leads"), T).await;
+    b.synced().await;
+    let before = create(&second, &ns, "before", &[]).await;
+    a.wait_message(&format!("onAdd: {ns}/before"), T).await;
+    mark_reaches(&second, &ns, resource_version(&before)).await;
+
+    plane.kill_apiserver();
+    // A logs these; B's watch is down.
+    create(&second, &ns, "during", &[]).await;
+    delete(&second, &ns, "during").await;
+    a.wait_message(&format!("onDelete: {ns}/during"), T).await;
+    a.signal("TERM");
+    assert_eq!(a.wait_exit(T).await.code(), Some(0), "{}", a.dump());
+    let mark = a.wait_message("released the lease", T).await["logged_up_to"].as_u64().expect("a mark");
+    // Nobody watches these but through a list; `kept` outlives it.
+    create(&second, &ns, "meanwhile", &[]).await;
+    delete(&second, &ns, "meanwhile").await;
+    create(&second, &ns, "kept", &[]).await;
+    let unseen = current_resource_version(&second, &ns).await;
+    label(&second, &ns, "before", "bump", "1").await;
+    wait_compacted(&second, &ns, &unseen).await;
+    plane.start_apiserver("kube-apiserver", None, &[]).await;
+
+    let took_over = b.wait_message("became leader", 2 * T).await;
+    assert_eq!((took_over["resumes_after"].as_u64(), &took_over["released"]), (Some(mark), &Value::Bool(true)));
+    let lines = b.lines();
+    let at = |pred: &dyn Fn(&Value) -> bool| lines.iter().position(pred);
+    let relisted = at(&|v| v["message"] == RELIST);
+    let led = at(&|v| v["message"] == "became leader");
+    assert!(relisted.is_some() && relisted < led, "led before its watch was back:\n{}", b.dump());
+    // Why it waits, said once (if its first read of the lease after the
+    // outage found the watch still down, as it nearly always does).
+    let waiting = "not taking the lease while this replica's watch of pods is down: waiting until it delivers again (";
+    let said = lines.iter().filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with(waiting))).count();
+    assert!(said <= 1, "said more than once:\n{}", b.dump());
+
+    // `meanwhile` has no line; the WARN line names a range that holds it.
+    let warning = b.wait_for("the missing deletes", T, is_missing_deletes).await;
+    assert_eq!(
+        (&warning["level"], warning["message"].as_str()),
+        (&Value::from("WARN"), Some(&*missing_deletes(&warning)))
+    );
+    assert_eq!(warning["after"].as_u64(), Some(mark), "{warning}");
+    let unseen = unseen.parse::<u64>().expect("a number");
+    assert!(warning["through"].as_u64().is_none_or(|t| t >= unseen), "{warning}");
+    let mut events = b.wait_events(&ns, 2).await;
+    events.sort();
+    assert_eq!(events, [format!("onAdd: {ns}/kept"), format!("onUpdate: {ns}/before")], "{}", b.dump());
+    // Every line once, or said to be a repeat.
+    let lines = tally(&ns, &[&a, &b]);
+    for (message, seen) in &lines {
+        assert!(seen[1..].iter().all(|v| v["replayed"] == true), "{message} repeated: {seen:?}");
+    }
+    for name in ["before", "during"] {
+        assert!(lines.contains_key(&format!("onAdd: {ns}/{name}")), "{name}:\n{}\n{}", a.dump(), b.dump());
+    }
+    assert!(lines.contains_key(&format!("onDelete: {ns}/during")), "{}\n{}", a.dump(), b.dump());
+}
