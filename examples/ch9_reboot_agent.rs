@@ -78,16 +78,21 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     loop {
         tokio::select! {
             event = events.next() => match event {
-                Some(Ok(Event::Apply(n) | Event::InitApply(n))) => {
+                Some(Ok(Event::Apply(n))) => {
                     // Our last write is in once the watch shows its resourceVersion.
                     if agent.expected.is_some() && agent.expected == n.metadata.resource_version {
                         agent.expected = None;
                     }
                     node = Some(n);
                 }
-                // A relist: it shows the node as the server holds it now.
-                Some(Ok(Event::InitDone)) => agent.expected = None,
-                Some(Ok(Event::Init)) => continue,
+                // A (re)list: the step comes at its end, from the node as
+                // the server holds it now, newer than any write of ours.
+                Some(Ok(Event::Init)) => (node, agent.expected) = (None, None),
+                Some(Ok(Event::InitApply(n))) => {
+                    node = Some(n);
+                    continue;
+                }
+                Some(Ok(Event::InitDone)) => {}
                 Some(Ok(Event::Delete(_))) => node = None,
                 Some(Err(err)) => println!("watch error (the watcher retries): {err}"),
                 None => return Ok(()),

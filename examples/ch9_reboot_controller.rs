@@ -130,9 +130,6 @@ impl Controller {
     /// one more node to reboot.
     async fn sync(&mut self) {
         let mut down: Vec<&str> = self.cache.values().filter(|n| unavailable(n)).map(name).collect();
-        // The first node the cache holds that needs a reboot and is up.
-        let next = self.cache.values().find(|n| n.annotations().contains_key(NEEDED) && !unavailable(n));
-        let Some(next) = next.map(ResourceExt::name_any) else { return };
         if down.len() >= self.args.max_unavailable {
             down.sort();
             let said = format!("waiting: unavailable {} of at most {}", down.join(", "), self.args.max_unavailable);
@@ -141,6 +138,9 @@ impl Controller {
             }
             return;
         }
+        // The first node the cache holds that needs a reboot and is up.
+        let next = self.cache.values().find(|n| n.annotations().contains_key(NEEDED) && !unavailable(n));
+        let Some(next) = next.map(ResourceExt::name_any) else { return };
         let count = down.len();
         // The right way: a deep copy, changed and written. The cache keeps
         // what the server holds until the watch brings the change.
