@@ -32,8 +32,8 @@ const IN_PROGRESS: &str = "demo.example.com/reboot-in-progress";
 #[derive(Parser)]
 struct Args {
     /// At most this many nodes unavailable at once: not Ready, rebooting, or told to reboot
-    #[arg(long, default_value_t = 1)]
-    max_unavailable: usize,
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    max_unavailable: u16,
     /// Only the Nodes with these labels, e.g. `pool=blue` [default: every Node]
     #[arg(short = 'l', long)]
     selector: Option<String>,
@@ -130,7 +130,7 @@ impl Controller {
     /// one more node to reboot.
     async fn sync(&mut self) {
         let mut down: Vec<&str> = self.cache.values().filter(|n| unavailable(n)).map(name).collect();
-        if down.len() >= self.args.max_unavailable {
+        if down.len() >= usize::from(self.args.max_unavailable) {
             down.sort();
             let said = format!("waiting: unavailable {} of at most {}", down.join(", "), self.args.max_unavailable);
             if said != std::mem::replace(&mut self.said, said.clone()) {

@@ -632,7 +632,7 @@ async fn the_manifest_is_accepted_by_the_api_server() {
 }
 
 #[test]
-fn the_agent_without_a_node_says_which_flag_is_missing() {
+fn a_missing_node_or_a_maximum_of_zero_is_one_clear_error_and_exit_2() {
     let out = Command::new(chapter_bin("ch9_reboot_agent")).env_remove("NODE_NAME").output().expect("run the agent");
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -640,6 +640,12 @@ fn the_agent_without_a_node_says_which_flag_is_missing() {
         stderr.starts_with("error: the following required arguments were not provided:\n  --node <NODE>"),
         "{stderr}"
     );
+    // A maximum of 0 would never reboot a node.
+    let out = Command::new(chapter_bin("ch9_reboot_controller")).args(["--max-unavailable", "0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = "error: invalid value '0' for '--max-unavailable <MAX_UNAVAILABLE>': 0 is not in 1..=65535";
+    assert_eq!(stderr.lines().next(), Some(line), "{stderr}");
 }
 
 /// `make chapter N=9` as a learner runs it: cluster/chapter.sh in a process
