@@ -135,7 +135,11 @@ impl Agent {
                     (json!({ NOW: null, IN_PROGRESS: boot_id }), "took reboot-now: set reboot-in-progress".into())
                 }
                 // A reboot this agent did not start: it started before us.
-                (Some(id), Command::NotRun) => return self.resume(&id, &boot_id),
+                // Then a step again: a node already Ready sends no change.
+                (Some(id), Command::NotRun) => {
+                    self.resume(&id, &boot_id);
+                    continue;
+                }
                 (Some(_), Command::Finished) if ready(&node) => {
                     let said = "the node is Ready and the reboot command finished: removed reboot-in-progress".into();
                     (json!({ IN_PROGRESS: null }), said)

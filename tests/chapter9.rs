@@ -358,6 +358,29 @@ async fn an_agent_killed_mid_reboot_waits_for_ready_when_the_node_rebooted() {
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
+async fn an_agent_started_after_its_node_rebooted_and_is_ready_again_removes_reboot_in_progress() {
+    let c = cluster().await;
+    let nodes = Nodes::new(&c, "back").await;
+    nodes.make("1", true, &[]).await;
+    let node = nodes.name("1");
+    // Taken at boot 1; the machine is now at boot 2, and Ready: no change of
+    // the node is coming to wake the agent.
+    nodes.annotate("1", json!({ IN_PROGRESS: "boot-1" })).await;
+    let boot = json!({"status": {"nodeInfo": {"bootID": "boot-2"}}});
+    nodes.api.patch_status(&node, &PatchParams::default(), &Patch::Merge(&boot)).await.expect("boot ID");
+    let agent = start("ch9_reboot_agent", &c, None, &["--node", &node]);
+    let done = "the node is Ready and the reboot command finished: removed reboot-in-progress";
+    wait_line(&agent, done).await;
+    assert!(nodes.annotations("1").await.is_empty());
+    let start_line = format!("chapter 9 agent: node {node} reboots when {NOW} appears");
+    let resumed = "resuming: reboot-in-progress is set and the node has rebooted (new boot ID)";
+    assert_eq!(output(&agent), [start_line.as_str(), resumed, done]);
+    drop(agent);
+    nodes.delete_all().await;
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
 async fn a_node_not_ready_on_its_own_counts_as_unavailable() {
     let c = cluster().await;
     let nodes = Nodes::new(&c, "notready").await;
