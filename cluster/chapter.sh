@@ -9,9 +9,13 @@
 # installs its PodSummary CRD (what the chapter prints with --print-crd) and
 # prints the commands that create a PodSummary and a pod it selects. Ctrl-C
 # stops the chapter; the control plane stays up for the next one (`make
-# cluster-down` stops it).
+# cluster-down` stops it). Chapter 9 makes three Node objects, Ready
+# (node-1 to node-3: a bare API server accepts Nodes without a kubelet),
+# runs one agent per node in the background (its lines prefixed with the
+# node's name) and the controller in the foreground, and prints the kubectl
+# lines that ask for a reboot; Ctrl-C stops all four programs.
 #
-# Usage: N=1 cluster/chapter.sh [--dir DIR]   (N: 1 to 5, or 7; DIR defaults to
+# Usage: N=1 cluster/chapter.sh [--dir DIR]   (N: 1 to 5, 7 or 9; DIR defaults to
 #        <repo>/target/local-cluster; ARGS in the environment: more flags
 #        for the chapter, e.g. ARGS="--pitfall never-done" for chapter 4)
 set -euo pipefail
@@ -21,7 +25,8 @@ log() { echo "chapter.sh: $*" >&2; }
 cd "$repo"
 
 # Chapter 6 runs two replicas: its page says how (two terminals).
-chapters=([1]=ch1_watch [2]=ch2_cache [3]=ch3_queue [4]=ch4_controller [5]=ch5_controller_runtime [7]=ch7_pod_summary)
+chapters=([1]=ch1_watch [2]=ch2_cache [3]=ch3_queue [4]=ch4_controller [5]=ch5_controller_runtime [7]=ch7_pod_summary
+	[9]=ch9_reboot_controller)
 n=${N:-}
 if [[ ! $n =~ ^[1-9]$ ]] || [[ -z ${chapters[n]:-} ]]; then
 	echo "make chapter: N must be one of ${!chapters[*]} (got '${n}'): e.g. make chapter N=1" >&2
@@ -39,6 +44,12 @@ if ((n == 7)); then
 	echo "    echo '{\"apiVersion\":\"demo.example.com/v1alpha1\",\"kind\":\"PodSummary\",\"metadata\":{\"name\":\"web\"},\"spec\":{\"selector\":{\"matchLabels\":{\"app\":\"web\"}}}}' | KUBECONFIG=$kubeconfig kubectl -n $ns apply -f -" >&2
 	echo "    KUBECONFIG=$kubeconfig kubectl -n $ns run web-1 --image=registry.k8s.io/pause:3.10 --labels=app=web" >&2
 	echo "    KUBECONFIG=$kubeconfig kubectl -n $ns describe podsummary web   # its status and Events" >&2
+elif ((n == 9)); then
+	log "chapter $n (examples/ch9_reboot_agent.rs, examples/$example.rs) on the local control plane; to ask for reboots, in another terminal:"
+	for node in node-1 node-2 node-3; do
+		echo "    KUBECONFIG=$kubeconfig kubectl annotate node $node demo.example.com/reboot-needed=true" >&2
+	done
+	echo "    KUBECONFIG=$kubeconfig kubectl get nodes -o custom-columns=NAME:.metadata.name,ANNOTATIONS:.metadata.annotations   # who is where" >&2
 else
 	log "chapter $n (examples/$example.rs) on the local control plane; to make a pod appear in it, in another terminal:"
 	echo "    KUBECONFIG=$kubeconfig kubectl -n $ns run kuard --image=registry.k8s.io/pause:3.10" >&2
@@ -61,7 +72,12 @@ post() {
 post /api/v1/namespaces "{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"$ns\"}}"
 post "/api/v1/namespaces/$ns/serviceaccounts" '{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default"}}'
 
-step "examples/$example.rs (cargo build --example $example)" "chapter-build" cargo build --locked --example "$example"
+if ((n == 9)); then
+	step "examples/ch9_reboot_*.rs (cargo build --example ...)" "chapter-build" \
+		cargo build --locked --example ch9_reboot_agent --example "$example"
+else
+	step "examples/$example.rs (cargo build --example $example)" "chapter-build" cargo build --locked --example "$example"
+fi
 export KUBECONFIG=$dir/kubeconfig
 program=$(built "$target" "debug/examples/$example") || exit 1
 if ((n == 7)); then
@@ -80,6 +96,24 @@ if ((n == 7)); then
 		sleep 0.1
 	done
 	log "the PodSummary CRD is installed (podsummaries.demo.example.com)"
+fi
+if ((n == 9)); then
+	# Three Nodes, Ready, as a kubelet would report them (a Node keeps the
+	# status it is created with). Ones made by an earlier run are kept.
+	for node in node-1 node-2 node-3; do
+		post /api/v1/nodes "{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"name\":\"$node\"},\"status\":{\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\"}]}}"
+	done
+	agent=$(built "$target" debug/examples/ch9_reboot_agent) || exit 1
+	agents=()
+	trap 'kill "${agents[@]}" 2>/dev/null || true' EXIT
+	for node in node-1 node-2 node-3; do
+		"$agent" --node "$node" > >(sed -u "s/^/agent $node: /") 2>&1 &
+		agents+=($!)
+	done
+	log "running one agent per node and examples/$example.rs ${ARGS:-}  (Ctrl-C stops them; the control plane stays up: make cluster-down)"
+	# shellcheck disable=SC2086 # ARGS: the learner's flags, split as a shell would
+	"$program" ${ARGS:-} || true
+	exit 0
 fi
 log "running examples/$example.rs -n $ns ${ARGS:-}  (Ctrl-C stops it; the control plane stays up: make cluster-down)"
 # shellcheck disable=SC2086 # ARGS: the learner's flags, split as a shell would

@@ -1314,6 +1314,10 @@ const GLOSSARY: &[(&str, &str)] = &[
     ("Generation", "generation"),
     ("Conflict", "conflict"),
     ("Event", "event"),
+    ("Annotation", "annotation"),
+    ("Downward API", "downward-api"),
+    ("Field selector", "field-selector"),
+    ("MaxUnavailable", "maxunavailable"),
 ];
 
 /// The anchors of a Markdown text's headings, as mdbook makes them: an
@@ -1397,6 +1401,13 @@ fn the_lesson_meets_its_limits() {
         ("examples/ch6_two_replicas.rs", 160, true),
         ("examples/ch7_pod_summary.rs", 250, false),
     ];
+    // Chapter 9's two programs, together.
+    let ch9 = ["examples/ch9_reboot_agent.rs", "examples/ch9_reboot_controller.rs"];
+    let ch9_lines: usize = ch9.iter().map(|p| code_line_count(&read(p))).sum();
+    if ch9_lines > 350 {
+        missed
+            .push(format!("{} have {ch9_lines} code lines together, more than their limit of 350", ch9.join(" and ")));
+    }
     for (program, limit, required) in code_limits {
         match std::fs::read_to_string(repo().join(program)) {
             Ok(text) if code_line_count(&text) > limit => missed.push(format!(
