@@ -166,16 +166,26 @@ fn deploy_and_undeploy_send_nothing_to_a_context_not_named() {
     );
 }
 
+/// The first line of `make TARGET CONTEXT=named` (IMAGE left as it is):
+/// the context and its server, before anything is sent.
+fn said_first(target: &str, server: &str) -> String {
+    match target {
+        "deploy" => {
+            format!("deploy.sh: applying demo-controller.yaml (image demo-controller:dev) to context named at {server}")
+        }
+        _ => format!("deploy.sh: deleting what demo-controller.yaml created from context named at {server}"),
+    }
+}
+
 #[test]
 fn deploy_and_undeploy_use_the_context_named_on_makes_command_line() {
     let c = Clusters::start("deploy-named");
     let kc = c.kubeconfig.to_str().unwrap();
     let home = c.home.to_str().unwrap();
     let no_node = no_node();
-    for (target, first) in [
-        ("deploy", format!("deploy.sh: applying demo-controller.yaml (image demo-controller:dev) to context named at {}", c.named.url)),
-        ("undeploy", format!("deploy.sh: deleting what demo-controller.yaml created from context named at {}", c.named.url)),
-    ] {
+    for (target, first) in
+        [("deploy", said_first("deploy", &c.named.url)), ("undeploy", said_first("undeploy", &c.named.url))]
+    {
         for env in [vec![("KUBECONFIG", kc)], vec![("HOME", home)]] {
             let before = c.named.requests().len();
             let (code, lines) = make(&[target, &no_node, "CONTEXT=named"], &env);
@@ -220,17 +230,19 @@ fn the_node_directory_is_guarded_only_when_the_node_is_the_target() {
     let kc = c.kubeconfig.to_str().unwrap();
     for dir in refused_node_dirs() {
         let node_dir = format!("NODE_DIR={}", dir.display());
-        for (target, first) in [
-            ("deploy", format!("deploy.sh: applying demo-controller.yaml (image demo-controller:dev) to context named at {}", c.named.url)),
-            ("undeploy", format!("deploy.sh: deleting what demo-controller.yaml created from context named at {}", c.named.url)),
-        ] {
+        for (target, first) in
+            [("deploy", said_first("deploy", &c.named.url)), ("undeploy", said_first("undeploy", &c.named.url))]
+        {
             let (_, lines) = make(&[target, &node_dir, "CONTEXT=named"], &[("KUBECONFIG", kc)]);
             assert_eq!(lines.first(), Some(&first), "make {target} {node_dir}: {lines:?}");
             let (code, lines) = make(&[target, &node_dir], &[("KUBECONFIG", kc)]);
             assert_eq!(code, Some(2), "{lines:?}");
             assert_eq!(lines.len(), 2, "{lines:?}");
             assert!(
-                lines[0].starts_with(&format!("deploy.sh: error: refusing NODE_DIR {} (the local node's directory): ", dir.display())),
+                lines[0].starts_with(&format!(
+                    "deploy.sh: error: refusing NODE_DIR {} (the local node's directory): ",
+                    dir.display()
+                )),
                 "make {target} {node_dir}: {lines:?}"
             );
             assert!(make_line(&lines[1], target, 1), "{lines:?}");
@@ -359,9 +371,10 @@ fn every_test_the_security_and_commands_pages_name_exists() {
             // The function, right after its test attributes.
             let lines: Vec<&str> = source.lines().collect();
             let at = lines.iter().position(|l| {
-                l.trim_start().strip_prefix("fn ").or_else(|| l.trim_start().strip_prefix("async fn ")).is_some_and(
-                    |rest| rest.strip_prefix(name).is_some_and(|after| after.starts_with('(')),
-                )
+                l.trim_start()
+                    .strip_prefix("fn ")
+                    .or_else(|| l.trim_start().strip_prefix("async fn "))
+                    .is_some_and(|rest| rest.strip_prefix(name).is_some_and(|after| after.starts_with('(')))
             });
             let at = at.unwrap_or_else(|| panic!("{page} names {file}::{name}: no such function in tests/{file}.rs"));
             let attributes = lines[..at].iter().rev().take_while(|l| l.trim_start().starts_with("#[")).count();

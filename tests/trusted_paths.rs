@@ -343,13 +343,21 @@ fn every_make_target_that_runs_cargo_refuses_a_cargo_home_others_can_change() {
     let mut cases: Vec<(&str, &str, &str)> = vec![
         // (where they plant, the directory another user can change, why)
         ("bin/cargo-fmt", "bin", "is writable by other users (mode 777)"),
-        ("registry/src/index.crates.io-0000000000000000/planted-0.1.0/build.rs", "registry", "is writable by other users (mode 777)"),
+        (
+            "registry/src/index.crates.io-0000000000000000/planted-0.1.0/build.rs",
+            "registry",
+            "is writable by other users (mode 777)",
+        ),
         ("git/checkouts/planted-0000000000000000/0000000/build.rs", "git", "is writable by other users (mode 777)"),
     ];
     if is_root() {
         cases.extend([
             ("bin/cargo-fmt", "bin", "is owned by uid 65534"),
-            ("registry/src/index.crates.io-0000000000000000/planted-0.1.0/build.rs", "registry", "is owned by uid 65534"),
+            (
+                "registry/src/index.crates.io-0000000000000000/planted-0.1.0/build.rs",
+                "registry",
+                "is owned by uid 65534",
+            ),
             ("git/checkouts/planted-0000000000000000/0000000/build.rs", "git", "is owned by uid 65534"),
             // Deep inside a registry/ of root's: one crate's directory theirs.
             (
@@ -373,7 +381,7 @@ fn every_make_target_that_runs_cargo_refuses_a_cargo_home_others_can_change() {
         }
         // Their program, and a cargo-fmt of ours: cargo starting would run it.
         let rel = Path::new(planted).strip_prefix(theirs).unwrap().to_str().unwrap().to_owned();
-        d.plant(&[&rel], &marker);
+        d.plant(&[rel.as_str()], &marker);
         if !planted.starts_with("bin/") {
             Untrusted { dir: home.join("bin"), why, theirs: false, _open: None }.plant(&["cargo-fmt"], &marker);
         }
