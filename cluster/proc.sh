@@ -273,12 +273,18 @@ cargo_home() {
 		[[ -e $f || -L $f ]] || continue
 		f=$(TRUSTED_HINT=$hint checked "$f") || return 1
 		# Below it, the first entry of another user's, or writable by
-		# others (a symlink only by its owner; a sticky directory is fine).
-		bad=$(find "$f" \( ! -uid 0 ! -uid "$EUID" \) -print -quit -o \( ! -type l -perm /022 ! \( -type d -perm -1000 \) \) -print -quit 2>/dev/null) || bad=$f
+		# others (a symlink, whose mode means nothing, only by its owner;
+		# a sticky directory too: others could add entries to it).
+		bad=$(find "$f" \( ! -uid 0 ! -uid "$EUID" \) -print -quit -o \( ! -type l -perm /022 \) -print -quit 2>/dev/null) || bad=$f
 		[[ -z $bad ]] && continue
-		read -r owner mode type < <(stat -c '%u %a %F' -- "$bad" 2>/dev/null) || { log "error: refusing to use $home/$sub: cannot read $bad"; return 1; }
-		TRUSTED_HINT=$hint check_one "$home/$sub" "$bad" "$owner" "$mode" "$type" || return 1
-		log "error: refusing to use $home/$sub: cannot read all of it"
+		read -r owner mode type < <(stat -c '%u %a %F' -- "$bad" 2>/dev/null) || owner=''
+		if [[ -n $owner ]] && ! owner_ok "$owner"; then
+			log "error: refusing to use $home/$sub: $bad is owned by uid $owner, so that user could have replaced it; $hint"
+		elif [[ -n $owner && $type != "symbolic link" ]] && ((8#$mode & 8#022)); then
+			log "error: refusing to use $home/$sub: $bad is writable by other users (mode $mode), so one of them could have replaced it; $hint"
+		else
+			log "error: refusing to use $home/$sub: not all of it could be read ($bad)"
+		fi
 		return 1
 	done
 }
