@@ -53,10 +53,14 @@ image: ## Build the container image from the Dockerfile (docker or podman; local
 push: ## Push the container image (refused for one built on local stand-in bases)
 	bash cluster/image.sh --push $(IMAGE)
 
-deploy: ## Apply demo-controller.yaml with IMAGE as the container image: to CONTEXT=name, else the local node when it runs (and KUBECONFIG is unset), else the current context; prints the server first (cluster/deploy.sh)
-	@KUBECTL='$(KUBECTL)' bash cluster/deploy.sh apply --image '$(IMAGE)' --node-dir '$(NODE_DIR)' --context '$(CONTEXT)'
+deploy: ## Apply demo-controller.yaml with IMAGE (an image reference, checked) as the container image, to the cluster CONTEXT=name names, else to the local node when it runs; any other (a current context, an exported KUBECONFIG's) is named and refused; prints the server first (cluster/deploy.sh)
+	@KUBECTL='$(KUBECTL)' bash cluster/deploy.sh apply --image "$$DEPLOY_IMAGE" --node-dir '$(NODE_DIR)' --context '$(CONTEXT)'
 
-undeploy: ## Remove what demo-controller.yaml created, from the cluster make deploy picks; prints the server first, and refuses one that is not the local node unless named with CONTEXT=name
+# IMAGE may come from the environment: it reaches the script as a value in
+# its environment, never as text of the shell command above.
+deploy: export DEPLOY_IMAGE := $(IMAGE)
+
+undeploy: ## Remove what demo-controller.yaml created, from the cluster make deploy picks by the same rule; prints the server first
 	@KUBECTL='$(KUBECTL)' bash cluster/deploy.sh delete --node-dir '$(NODE_DIR)' --context '$(CONTEXT)'
 
 cluster-up: ## Start the local control plane (prints export KUBECONFIG=...)

@@ -31,7 +31,7 @@ versions=$(cache_dir mdbook) || exit 1
 root=$versions/$version
 
 if [[ ! -x $root/bin/mdbook ]]; then
-	cargo_home_config || exit 1
+	cargo_home || exit 1
 	echo "installing mdbook $version into $root (once, minutes: see book/src/appendix/setup.md)" >&2
 	# Into a temporary root (0700, ours), renamed at the end, so an
 	# interrupted install never leaves a binary that a later run would

@@ -248,13 +248,44 @@ claim_dir() {
 # repository's owner may be able to change it.
 target_hint="set CARGO_TARGET_DIR to a directory only you (or the repository's owner) can change, or unset it"
 
-# cargo_home_config: checks cargo's own configuration in CARGO_HOME, which
-# every cargo command reads (`cargo install` too, outside any workspace).
-cargo_home_config() {
-	local f
-	for f in "${CARGO_HOME:-$HOME/.cargo}"/config{,.toml}; do
+# cargo_home: checks CARGO_HOME (default ~/.cargo), which every cargo
+# command reads (`cargo install` too, outside any workspace): its config
+# files, and everything in registry/ and git/ (the sources of the crates it
+# downloaded: cargo compiles and runs their build scripts and proc-macros)
+# and bin/ (where cargo looks first for a subcommand such as cargo-fmt), so
+# that no other user could change a file there: each is owned by root or us
+# and writable by nobody else (each path as `checked` judges it; `sudo` may
+# keep a user's HOME or CARGO_HOME). One that fails is refused in one line.
+cargo_home() {
+	local home=${CARGO_HOME:-$HOME/.cargo} f sub bad owner mode type
+	local hint="set CARGO_HOME to a directory of your own"
+	for f in "$home"/config{,.toml}; do
 		[[ -e $f || -L $f ]] || continue
-		TRUSTED_HINT="set CARGO_HOME to a directory of your own" checked "$f" >/dev/null || return 1
+		TRUSTED_HINT=$hint checked "$f" >/dev/null || return 1
+	done
+	# CARGO_HOME itself (or, missing, the directory cargo would make it
+	# in): whoever could change it could add those directories later.
+	f=$home
+	while [[ ! -e $f && ! -L $f ]]; do f=$(dirname -- "$f"); done
+	TRUSTED_HINT=$hint checked "$f" >/dev/null || return 1
+	for sub in registry git bin; do
+		f=$home/$sub
+		[[ -e $f || -L $f ]] || continue
+		f=$(TRUSTED_HINT=$hint checked "$f") || return 1
+		# Below it, the first entry of another user's, or writable by
+		# others (a symlink, whose mode means nothing, only by its owner;
+		# a sticky directory too: others could add entries to it).
+		bad=$(find "$f" \( ! -uid 0 ! -uid "$EUID" \) -print -quit -o \( ! -type l -perm /022 \) -print -quit 2>/dev/null) || bad=$f
+		[[ -z $bad ]] && continue
+		read -r owner mode type < <(stat -c '%u %a %F' -- "$bad" 2>/dev/null) || owner=''
+		if [[ -n $owner ]] && ! owner_ok "$owner"; then
+			log "error: refusing to use $home/$sub: $bad is owned by uid $owner, so that user could have replaced it; $hint"
+		elif [[ -n $owner && $type != "symbolic link" ]] && ((8#$mode & 8#022)); then
+			log "error: refusing to use $home/$sub: $bad is writable by other users (mode $mode), so one of them could have replaced it; $hint"
+		else
+			log "error: refusing to use $home/$sub: not all of it could be read ($bad)"
+		fi
+		return 1
 	done
 }
 
@@ -262,7 +293,7 @@ cargo_home_config() {
 # is built there (one that does not exist yet by the deepest directory above
 # it that does), and the configuration files that could name another one (or
 # a program for cargo to run): .cargo/config.toml in the repository and every
-# directory above it, and in CARGO_HOME. Prints the target directory, where
+# directory above it, and CARGO_HOME (cargo_home). Prints the target directory, where
 # the binaries end up; fails with one line when one is refused. Every make
 # target that runs cargo goes through it, most through cluster/cargo.sh.
 # shellcheck disable=SC2154 # repo: set by the caller
@@ -278,7 +309,7 @@ cargo_target() {
 		[[ $d == / ]] && break
 		d=$(dirname -- "$d")
 	done
-	cargo_home_config || return 1
+	cargo_home || return 1
 	meta=$(cd "$repo" && cargo metadata --no-deps --format-version 1 --locked 2>&1) || { log "error: cargo cannot read the workspace: ${meta%%$'\n'*}"; return 1; }
 	target=$(grep -o '"target_directory":"[^"]*"' <<<"$meta" | cut -d'"' -f4) || true
 	build=$(grep -o '"build_directory":"[^"]*"' <<<"$meta" | cut -d'"' -f4) || true

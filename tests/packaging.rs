@@ -101,17 +101,6 @@ fn ports_and_probes_match_the_binary_defaults() {
 }
 
 #[test]
-fn make_deploy_can_substitute_the_image() {
-    // `make deploy` rewrites `image: demo-controller:dev` to $(IMAGE)
-    // (cluster/deploy.sh, which it runs).
-    let makefile = read("Makefile");
-    assert!(makefile.contains("IMAGE ?= demo-controller:dev"));
-    assert!(makefile.contains("bash cluster/deploy.sh apply --image '$(IMAGE)'"));
-    assert!(read("cluster/deploy.sh").contains(r#"sed "s|image: demo-controller:dev|image: $image|""#));
-    assert_eq!(deployment()["spec"]["template"]["spec"]["containers"][0]["image"], "demo-controller:dev");
-}
-
-#[test]
 fn two_replicas_elect_a_leader_on_a_lease_of_their_own_namespace() {
     let spec = &deployment()["spec"];
     assert_eq!(spec["replicas"], 2, "a leader and a standby");
@@ -135,105 +124,6 @@ fn two_replicas_elect_a_leader_on_a_lease_of_their_own_namespace() {
     let binding = objects.iter().find(|o| o["kind"] == "RoleBinding").expect("a RoleBinding");
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
     assert_eq!(binding["subjects"][0]["name"], "demo-controller");
-}
-
-/// A plain HTTP server on a local port that is not the node's API server:
-/// it records the request line of every request made to it and answers each
-/// with 404.
-struct Recording {
-    port: u16,
-    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-}
-
-impl Recording {
-    fn start() -> Recording {
-        use std::io::{BufRead, Write};
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let log = std::sync::Arc::clone(&seen);
-        // Ends with the test process (the listener is never closed).
-        std::thread::spawn(move || {
-            for conn in listener.incoming().flatten() {
-                let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-                let mut reader = std::io::BufReader::new(&conn);
-                let mut first = String::new();
-                let _ = reader.read_line(&mut first);
-                let mut line = String::new();
-                while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
-                    line.clear();
-                }
-                log.lock().unwrap().push(first.trim().to_string());
-                let _ = (&conn).write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-            }
-        });
-        Recording { port, seen }
-    }
-
-    /// The requests so far, e.g. `DELETE /api/v1/namespaces/demo-controller HTTP/1.1`.
-    fn requests(&self) -> Vec<String> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-/// `make ARGS` as a user types it, with KUBECONFIG and `env` set.
-fn make(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, Vec<String>) {
-    let mut cmd = std::process::Command::new("make");
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR")).arg("--no-print-directory").args(args);
-    for var in ["MAKEFLAGS", "MFLAGS", "MAKELEVEL", "CONTEXT", "CLUSTER_DIR", "NODE_DIR", "KUBECONFIG"] {
-        cmd.env_remove(var);
-    }
-    let out = cmd.envs(env.iter().copied()).output().unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).lines().map(str::to_owned).collect())
-}
-
-/// `make undeploy` deletes from the cluster `make deploy` picks (one rule,
-/// cluster/deploy.sh), names its server first, and on a cluster that is not
-/// the local node deletes nothing, sends nothing, unless the context is
-/// named on make's command line (an exported CONTEXT does not count).
-#[test]
-fn make_undeploy_refuses_a_cluster_that_is_not_the_local_node_before_any_request() {
-    let listener = Recording::start();
-    let server = format!("http://127.0.0.1:{}", listener.port);
-    let kc = common::kubeconfig("undeploy-not-the-node", &server, None, "    token: x");
-    let kc = kc.to_str().unwrap();
-    // No node here: NODE_DIR names a directory that does not exist.
-    let no_node = format!("NODE_DIR={}/no-node-here", env!("CARGO_TARGET_TMPDIR"));
-    let refusal = format!(
-        "deploy.sh: error: not deleting from context ctx at {server}: it is not the local node; to delete \
-         demo-controller there, name it: make undeploy CONTEXT=ctx"
-    );
-    for env in [vec![("KUBECONFIG", kc)], vec![("KUBECONFIG", kc), ("CONTEXT", "ctx")]] {
-        let (code, lines) = make(&["undeploy", &no_node], &env);
-        assert_eq!(code, Some(2), "{lines:?}");
-        assert_eq!(lines.len(), 2, "{lines:?}");
-        assert_eq!(lines[0], refusal);
-        assert!(lines[1].starts_with("make: *** [Makefile:") && lines[1].ends_with(": undeploy] Error 1"), "{lines:?}");
-    }
-    // Nothing was asked of that server, but for the version some kubectl
-    // builds (gcloud's dispatcher) read before any command, even `kubectl
-    // config`: never a resource, never a DELETE.
-    let asked = listener.requests();
-    assert!(asked.iter().all(|r| r.starts_with("GET /version")), "a refused undeploy sent {asked:?}");
-
-    // `make deploy` picks the same cluster, and says so before it sends.
-    let (_, lines) = make(&["deploy", &no_node], &[("KUBECONFIG", kc)]);
-    assert_eq!(
-        lines[0],
-        format!("deploy.sh: applying demo-controller.yaml (image demo-controller:dev) to context ctx at {server}")
-    );
-
-    // Named on the command line: the server is said first, then the
-    // requests go there (and fail: it is no API server).
-    let before = listener.requests().len();
-    let (code, lines) = make(&["undeploy", &no_node, "CONTEXT=ctx"], &[("KUBECONFIG", kc)]);
-    assert_eq!(code, Some(2), "{lines:?}");
-    assert_eq!(lines[0], format!("deploy.sh: deleting what demo-controller.yaml created from context ctx at {server}"));
-    let asked = listener.requests();
-    assert!(
-        asked[before..].iter().any(|r| !r.starts_with("GET /version")),
-        "the named cluster was not asked: {asked:?}"
-    );
 }
 
 /// `bash SCRIPT` from the repository, its command set up by `env`.

@@ -329,3 +329,85 @@ fn installing_the_books_tool_refuses_a_cargo_home_config_others_can_change() {
     assert!(!marker.exists(), "a planted program ran: {}", std::fs::read_to_string(&marker).unwrap_or_default());
     let _ = std::fs::remove_dir_all(marker_dir);
 }
+
+/// cargo compiles and runs what CARGO_HOME's registry/ and git/ hold (the
+/// build scripts and proc-macros of the crates it downloaded) and looks in
+/// its bin/ first for a subcommand (`cargo fmt` runs bin/cargo-fmt). So a
+/// registry/, git/ or bin/ another user could change, at the top or deep
+/// inside, is refused in one line before cargo starts: neither what they
+/// planted nor cargo itself runs (here a cargo-fmt of root's own in bin/
+/// would say so). `make lint` runs `cargo fmt` first; `make build` builds.
+#[test]
+fn every_make_target_that_runs_cargo_refuses_a_cargo_home_others_can_change() {
+    let (marker_dir, marker) = marker();
+    let mut cases: Vec<(&str, &str, &str)> = vec![
+        // (where they plant, the directory another user can change, why)
+        ("bin/cargo-fmt", "bin", "is writable by other users (mode 777)"),
+        (
+            "registry/src/index.crates.io-0000000000000000/planted-0.1.0/build.rs",
+            "registry",
+            "is writable by other users (mode 777)",
+        ),
+        ("git/checkouts/planted-0000000000000000/0000000/build.rs", "git", "is writable by other users (mode 777)"),
+    ];
+    if is_root() {
+        cases.extend([
+            ("bin/cargo-fmt", "bin", "is owned by uid 65534"),
+            (
+                "registry/src/index.crates.io-0000000000000000/planted-0.1.0/build.rs",
+                "registry",
+                "is owned by uid 65534",
+            ),
+            ("git/checkouts/planted-0000000000000000/0000000/build.rs", "git", "is owned by uid 65534"),
+            // Deep inside a registry/ of root's: one crate's directory theirs.
+            (
+                "registry/src/index.crates.io-0000000000000000/planted-0.1.0/build.rs",
+                "registry/src/index.crates.io-0000000000000000/planted-0.1.0",
+                "is owned by uid 65534",
+            ),
+        ]);
+    }
+    for (planted, theirs, why) in cases {
+        // CARGO_HOME itself root's (or ours), 0755, in /tmp (sticky).
+        let home = common::fresh_dir("demo-controller-cargo-home");
+        std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let d = Untrusted { dir: home.join(theirs), why, theirs: why.contains("owned by"), _open: None };
+        std::fs::create_dir_all(&d.dir).unwrap();
+        if d.theirs {
+            let chown = Command::new("chown").arg("65534:65534").arg(&d.dir).status().unwrap();
+            assert!(chown.success());
+        } else {
+            std::fs::set_permissions(&d.dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        }
+        // Their program, and a cargo-fmt of ours: cargo starting would run it.
+        let rel = Path::new(planted).strip_prefix(theirs).unwrap().to_str().unwrap().to_owned();
+        d.plant(&[rel.as_str()], &marker);
+        if !planted.starts_with("bin/") {
+            Untrusted { dir: home.join("bin"), why, theirs: false, _open: None }.plant(&["cargo-fmt"], &marker);
+        }
+        let before = d.listing();
+        let path = home.to_str().unwrap();
+        let refused = if theirs.contains('/') { theirs.split('/').next().unwrap() } else { theirs };
+        for (args, failing) in [(&["lint"][..], "lint"), (&["build"], "build")] {
+            let out = make(args, &[("CARGO_HOME", path)]);
+            let err = lines(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "make {args:?} ({planted}, {why}): {err:?}");
+            assert_eq!(err.len(), 2, "make {args:?}: {err:?}");
+            assert_eq!(
+                err[0],
+                format!(
+                    "cargo.sh: error: refusing to use {path}/{refused}: {path}/{theirs} {why}, so {} could have \
+                     replaced it; set CARGO_HOME to a directory of your own",
+                    if d.theirs { "that user" } else { "one of them" }
+                ),
+                "make {args:?} ({planted})"
+            );
+            assert!(make_line(&err[1], failing, 1), "make {args:?}: {err:?}");
+        }
+        assert_eq!(d.listing(), before, "something was made in {}", d.dir.display());
+        drop(d);
+        let _ = std::fs::remove_dir_all(&home);
+    }
+    assert!(!marker.exists(), "a planted program ran: {}", std::fs::read_to_string(&marker).unwrap_or_default());
+    let _ = std::fs::remove_dir_all(marker_dir);
+}
