@@ -125,7 +125,8 @@ async fn run(args: Args) -> Result<(), kube::Error> {
         match result {
             // A copy's change mapped to a source that does not exist (any
             // more): nothing to reconcile.
-            Ok(_) | Err(controller::Error::ObjectNotFound(_)) => {}
+            // A failed reconcile: `error_policy` printed it.
+            Ok(_) | Err(controller::Error::ObjectNotFound(_) | controller::Error::ReconcilerFailed(..)) => {}
             Err(controller::Error::QueueError(err)) => println!("watch error (the watcher retries): {err}"),
             Err(err) => println!("controller error: {err}"),
         }
@@ -142,9 +143,14 @@ async fn run(args: Args) -> Result<(), kube::Error> {
 async fn reconcile(source: Arc<Secret>, ctx: Arc<Context>) -> Result<Action, finalizer::Error<kube::Error>> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let key = format!("{}/{}", ctx.namespace, source.name_any());
+    // A line about this version of the source is said once: a reconcile of
+    // the same version again (from a cache that has not yet seen our last
+    // write) says nothing new.
+    let version = format!("{} {}", source.uid().unwrap_or_default(), source.resource_version().unwrap_or_default());
     if source.labels().get(COPY).map(String::as_str) != Some("true") {
         if source.finalizers().iter().any(|f| f == FINALIZER) {
-            println!("source {key} no longer asks for copies: deleting its copies and its finalizer");
+            let line = format!("source {key} no longer asks for copies: deleting its copies and its finalizer");
+            ctx.say_once(version, line);
             sync(&source, false, &ctx).await.map_err(finalizer::Error::CleanupFailed)?;
             // Our finalizer removed, the others kept. The resourceVersion makes
             // it fail (409) if the Secret changed since: then we try again.
@@ -165,7 +171,7 @@ async fn reconcile(source: Arc<Secret>, ctx: Arc<Context>) -> Result<Action, fin
         match event {
             finalizer::Event::Apply(source) => sync(&source, true, &ctx).await,
             finalizer::Event::Cleanup(source) => {
-                println!("source {key} is being deleted: deleting its copies");
+                ctx.say_once(version, format!("source {key} is being deleted: deleting its copies"));
                 sync(&source, false, &ctx).await
             }
         }
@@ -173,11 +179,27 @@ async fn reconcile(source: Arc<Secret>, ctx: Arc<Context>) -> Result<Action, fin
     .await
 }
 
-/// A failed reconcile is tried again after 5 s (the Controller's queue
-/// keeps one pending retry per source).
+/// A failed reconcile is tried again (the Controller's queue keeps one
+/// pending retry per source). A finalizer patch fails when the source in the
+/// cache is older than the one on the server: 409 for a stale
+/// resourceVersion, 422 for kube's JSON patch whose test of the finalizers
+/// failed, 404 for a source gone already. The cache catches up within
+/// moments, so that retry comes soon; any other failure waits 5 s.
 fn error_policy(source: Arc<Secret>, err: &finalizer::Error<kube::Error>, ctx: Arc<Context>) -> Action {
-    println!("reconcile failed: {}/{}: {err}; retrying in 5s", ctx.namespace, source.name_any());
-    Action::requeue(Duration::from_secs(5))
+    let key = format!("{}/{}", ctx.namespace, source.name_any());
+    match err {
+        finalizer::Error::AddFinalizer(kube::Error::Api(s))
+        | finalizer::Error::RemoveFinalizer(kube::Error::Api(s))
+            if [404, 409, 422].contains(&s.code) =>
+        {
+            println!("stale cache: {key} changed since the cache saw it; retrying");
+            Action::requeue(Duration::from_millis(500))
+        }
+        err => {
+            println!("reconcile failed: {key}: {err}; retrying in 5s");
+            Action::requeue(Duration::from_secs(5))
+        }
+    }
 }
 // ANCHOR_END: reconcile
 
