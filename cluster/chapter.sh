@@ -7,11 +7,13 @@
 # Its first two lines name the chapter and give the kubectl command (with
 # the KUBECONFIG to use) that makes a pod appear in it. Chapter 7 first
 # installs its PodSummary CRD (what the chapter prints with --print-crd) and
-# prints the commands that create a PodSummary and a pod it selects. Ctrl-C
+# prints the commands that create a PodSummary and a pod it selects.
+# Chapter 8 prints the commands that make a namespace ask for copies,
+# create a source Secret in `play`, and show its copy. Ctrl-C
 # stops the chapter; the control plane stays up for the next one (`make
 # cluster-down` stops it).
 #
-# Usage: N=1 cluster/chapter.sh [--dir DIR]   (N: 1 to 5, or 7; DIR defaults to
+# Usage: N=1 cluster/chapter.sh [--dir DIR]   (N: 1 to 5, 7 or 8; DIR defaults to
 #        <repo>/target/local-cluster; ARGS in the environment: more flags
 #        for the chapter, e.g. ARGS="--pitfall never-done" for chapter 4)
 set -euo pipefail
@@ -21,7 +23,7 @@ log() { echo "chapter.sh: $*" >&2; }
 cd "$repo"
 
 # Chapter 6 runs two replicas: its page says how (two terminals).
-chapters=([1]=ch1_watch [2]=ch2_cache [3]=ch3_queue [4]=ch4_controller [5]=ch5_controller_runtime [7]=ch7_pod_summary)
+chapters=([1]=ch1_watch [2]=ch2_cache [3]=ch3_queue [4]=ch4_controller [5]=ch5_controller_runtime [7]=ch7_pod_summary [8]=ch8_secret_copier)
 n=${N:-}
 if [[ ! $n =~ ^[1-9]$ ]] || [[ -z ${chapters[n]:-} ]]; then
 	echo "make chapter: N must be one of ${!chapters[*]} (got '${n}'): e.g. make chapter N=1" >&2
@@ -39,6 +41,12 @@ if ((n == 7)); then
 	echo "    echo '{\"apiVersion\":\"demo.example.com/v1alpha1\",\"kind\":\"PodSummary\",\"metadata\":{\"name\":\"web\"},\"spec\":{\"selector\":{\"matchLabels\":{\"app\":\"web\"}}}}' | KUBECONFIG=$kubeconfig kubectl -n $ns apply -f -" >&2
 	echo "    KUBECONFIG=$kubeconfig kubectl -n $ns run web-1 --image=registry.k8s.io/pause:3.10 --labels=app=web" >&2
 	echo "    KUBECONFIG=$kubeconfig kubectl -n $ns describe podsummary web   # its status and Events" >&2
+elif ((n == 8)); then
+	log "chapter $n (examples/$example.rs) on the local control plane; to make a namespace ask for copies, a source, and see its copy, in another terminal:"
+	echo "    export KUBECONFIG=$kubeconfig" >&2
+	echo "    kubectl create namespace team-a && kubectl label namespace team-a demo.example.com/copies=true" >&2
+	echo "    kubectl -n $ns create secret generic db --from-literal=password=s3cret && kubectl -n $ns label secret db demo.example.com/copy=true" >&2
+	echo "    kubectl -n team-a get secret db --show-labels   # the copy" >&2
 else
 	log "chapter $n (examples/$example.rs) on the local control plane; to make a pod appear in it, in another terminal:"
 	echo "    KUBECONFIG=$kubeconfig kubectl -n $ns run kuard --image=registry.k8s.io/pause:3.10" >&2
