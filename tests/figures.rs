@@ -1314,6 +1314,12 @@ const GLOSSARY: &[(&str, &str)] = &[
     ("Generation", "generation"),
     ("Conflict", "conflict"),
     ("Event", "event"),
+    ("Reconcile", "reconcile"),
+    ("Owner reference", "owner-reference"),
+    ("Garbage collector", "garbage-collector"),
+    ("Finalizer", "finalizer"),
+    ("Server-side apply", "server-side-apply"),
+    ("Field manager", "field-manager"),
 ];
 
 /// The anchors of a Markdown text's headings, as mdbook makes them: an
@@ -1396,12 +1402,17 @@ fn the_lesson_meets_its_limits() {
         ("examples/ch4_controller.rs", 250, true),
         ("examples/ch6_two_replicas.rs", 160, true),
         ("examples/ch7_pod_summary.rs", 250, false),
+        ("examples/ch8_secret_copier.rs", 300, false),
     ];
+    // A program's unit tests (its `#[cfg(test)]` module, chapter 8's) are
+    // not counted: they teach testing, not the controller.
     for (program, limit, required) in code_limits {
+        let code = |text: &str| code_line_count(text.split_once("\n#[cfg(test)]").map_or(text, |(code, _)| code));
         match std::fs::read_to_string(repo().join(program)) {
-            Ok(text) if code_line_count(&text) > limit => missed.push(format!(
-                "{program} has {} code lines, more than its limit of {limit} (blank and comment lines not counted)",
-                code_line_count(&text)
+            Ok(text) if code(&text) > limit => missed.push(format!(
+                "{program} has {} code lines, more than its limit of {limit} (blank and comment lines, and its \
+                 #[cfg(test)] module, not counted)",
+                code(&text)
             )),
             Ok(_) => {}
             Err(e) if required => missed.push(format!("{program}: {e}")),
