@@ -435,27 +435,24 @@ mod tests {
 
     #[test]
     fn a_secret_it_did_not_make_is_left_alone_whatever_happens() {
-        let stranger = secret("a", &[], &[("password", "other")]);
+        let stranger = [secret("a", &[], &[("password", "other")])];
         let namespaces = [namespace("a", false)];
-        assert_eq!(plan("src", &source(), true, &namespaces, &[stranger.clone()]), [Step::LeaveAlone("a".into())]);
-        assert_eq!(plan("src", &source(), false, &namespaces, &[stranger]), []);
+        assert_eq!(plan("src", &source(), true, &namespaces, &stranger), [Step::LeaveAlone("a".into())]);
+        assert_eq!(plan("src", &source(), false, &namespaces, &stranger), []);
     }
 
     #[test]
     fn copies_no_longer_wanted_or_of_an_old_uid_are_deleted_first() {
-        let ours = secret("a", &[(COPY_OF, "src-uid")], &[("password", "s3cret")]);
+        let ours = [secret("a", &[(COPY_OF, "src-uid")], &[("password", "s3cret")])];
         let old = secret("b", &[(COPY_OF, "older-uid")], &[("password", "s3cret")]);
         let namespaces = [namespace("a", false), namespace("b", false)];
-        let steps = plan("src", &source(), true, &namespaces, &[ours.clone(), old.clone()]);
+        let steps = plan("src", &source(), true, &namespaces, &[ours[0].clone(), old]);
         let why = "a copy of an older source of this name";
         assert_eq!(steps, [Step::Delete { namespace: "b".into(), why }, Step::Create("b".into())]);
         let why = "its source no longer asks for copies";
-        assert_eq!(
-            plan("src", &source(), false, &namespaces, &[ours.clone()]),
-            [Step::Delete { namespace: "a".into(), why }]
-        );
+        assert_eq!(plan("src", &source(), false, &namespaces, &ours), [Step::Delete { namespace: "a".into(), why }]);
         let why = "its namespace no longer asks for copies";
-        assert_eq!(plan("src", &source(), true, &[], &[ours]), [Step::Delete { namespace: "a".into(), why }]);
+        assert_eq!(plan("src", &source(), true, &[], &ours), [Step::Delete { namespace: "a".into(), why }]);
     }
 
     #[test]
