@@ -15,22 +15,24 @@
 //! same name is another object, and its copies are new ones.
 //!
 //! The decision is a pure function, `plan`: from the source, the namespaces
-//! and the Secrets of the source's name, it says what to create, update and
-//! delete. Everything around it is thin I/O. So the decision is tested
+//! that ask for copies and the copies of the source's name, all read from
+//! caches, it says what to create, update and delete. Everything around it is thin I/O. So the decision is tested
 //! without a cluster (`cargo test --example ch8_secret_copier`).
 
 use std::collections::{BTreeMap, HashSet};
-use std::{process::ExitCode, sync::Arc, sync::Mutex, time::Duration};
+use std::{fmt::Debug, process::ExitCode, sync::Arc, sync::Mutex, time::Duration};
 
 use clap::{Parser, ValueEnum};
+use futures::stream::{BoxStream, iter};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::finalizer::{self, finalizer};
-use kube::runtime::{reflector::ObjectRef, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 
 /// A source asks for copies with this label.
 const COPY: &str = "demo.example.com/copy";
@@ -65,6 +67,9 @@ struct Context {
     /// SRC, the namespace of the sources.
     namespace: String,
     pitfall: Option<Pitfall>,
+    /// The caches of the namespaces that ask for copies, and of the copies.
+    namespaces: Store<Namespace>,
+    copies: Store<Secret>,
     /// Lines already printed that must not repeat on every reconcile.
     said: Mutex<HashSet<String>>,
 }
@@ -80,13 +85,9 @@ impl Context {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    match run(Args::parse()).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err}");
-            ExitCode::FAILURE
-        }
-    }
+    let Err(err) = run(Args::parse()).await else { return ExitCode::SUCCESS };
+    eprintln!("error: {err}");
+    ExitCode::FAILURE
 }
 
 // ANCHOR: run
@@ -96,43 +97,75 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     println!("chapter 8: copies the Secrets of {src} labelled {COPY}=true into namespaces labelled {COPIES}=true");
     // Every Secret of SRC, not only the labelled ones: a source that loses
     // its label must still be reconciled, to delete its copies.
-    let controller = Controller::new(Api::<Secret>::namespaced(client.clone(), &src), watcher::Config::default());
-    let sources = controller.store();
-    let by_namespace =
-        move |_: Namespace| sources.state().iter().map(|s| ObjectRef::from_obj(&**s)).collect::<Vec<_>>();
-    let by_copy = move |copy: Secret| Some(ObjectRef::new(&copy.name_any()).within(&src));
+    let (sources, source_events) = cache(Api::namespaced(client.clone(), &src), watcher::Config::default(), "sources");
+    let asking = watcher::Config::default().labels(&format!("{COPIES}=true"));
+    let (namespaces, namespace_events) = cache(Api::all(client.clone()), asking, "namespaces");
+    let labelled = watcher::Config::default().labels(COPY_OF);
+    let (copies, copy_events) = cache(Api::<Secret>::all(client.clone()), labelled, "copies");
+    // sample-controller's handleObject: each change is mapped to the sources
+    // it concerns. A namespace concerns every source; a copy, the source of
+    // its name. A whole (re)list (`None`) concerns every source.
+    let all = sources.clone();
+    let every = move || all.state().iter().map(|s| ObjectRef::from_obj(&**s)).collect::<Vec<_>>();
+    let (every1, every2) = (every.clone(), every.clone());
+    let of_copy = move |c: Secret| vec![ObjectRef::new(&c.name_any()).within(&src)];
+    let triggers = futures::stream::select_all([
+        source_events.flat_map(move |s| iter(s.map_or_else(&every1, |s| vec![ObjectRef::from_obj(&s)]))).boxed(),
+        namespace_events.flat_map(move |_: Option<Namespace>| iter(every2())).boxed(),
+        copy_events.flat_map(move |c| iter(c.map_or_else(&every, &of_copy))).boxed(),
+    ]);
     let (graceful, shutdown) = futures::channel::oneshot::channel::<()>();
     tokio::spawn(on_signal(graceful));
     let ctx = Arc::new(Context {
-        client: client.clone(),
+        client,
         namespace: args.namespace,
         pitfall: args.pitfall,
+        namespaces,
+        copies,
         said: Default::default(),
     });
-    let results = controller
-        // sample-controller's handleObject: a namespace's or a copy's
-        // change is mapped to the sources it concerns, and queues them.
-        .watches(
-            Api::<Namespace>::all(client.clone()),
-            watcher::Config::default().labels(&format!("{COPIES}=true")),
-            by_namespace,
-        )
-        .watches(Api::<Secret>::all(client), watcher::Config::default().labels(COPY_OF), by_copy)
+    // The Controller reads sources from our cache and reconciles those our
+    // triggers name: one at a time per source, once more if named again
+    // meanwhile.
+    let results = Controller::for_stream(futures::stream::empty(), sources)
+        .reconcile_on(triggers)
         .graceful_shutdown_on(shutdown.map(|_| ()))
         .run(reconcile, error_policy, ctx);
     let mut results = std::pin::pin!(results);
     while let Some(result) = results.next().await {
         match result {
-            // A copy's change mapped to a source that does not exist (any
-            // more): nothing to reconcile.
+            // A source that does not exist (any more): nothing to reconcile.
             // A failed reconcile: `error_policy` printed it.
             Ok(_) | Err(controller::Error::ObjectNotFound(_) | controller::Error::ReconcilerFailed(..)) => {}
-            Err(controller::Error::QueueError(err)) => println!("watch error (the watcher retries): {err}"),
             Err(err) => println!("controller error: {err}"),
         }
     }
     println!("shutdown complete");
     Ok(())
+}
+
+/// A cache kept by a reflector (a watcher whose events are put into a
+/// store), and what changed, as a stream: `Some` object added, changed or
+/// deleted, `None` for a whole (re)list. A reflector puts each event into
+/// its store before it yields it, so the reconcile that follows reads a
+/// cache that has seen the change. A relist is put in at its end.
+fn cache<K>(api: Api<K>, config: watcher::Config, what: &'static str) -> (Store<K>, BoxStream<'static, Option<K>>)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let events = watcher(api, config).default_backoff().reflect(writer).filter_map(move |event| async move {
+        match event {
+            Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => Some(Some(o)),
+            Ok(watcher::Event::InitDone) => Some(None),
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
+            Err(err) => {
+                println!("watch error on the {what} (the watcher retries): {err}");
+                None
+            }
+        }
+    });
+    (store, events.boxed())
 }
 // ANCHOR_END: run
 
@@ -147,6 +180,14 @@ async fn reconcile(source: Arc<Secret>, ctx: Arc<Context>) -> Result<Action, fin
     // the same version again (from a cache that has not yet seen our last
     // write) says nothing new.
     let version = format!("{} {}", source.uid().unwrap_or_default(), source.resource_version().unwrap_or_default());
+    // Acting before every cache holds its first full list is the classic
+    // bug: an empty cache reads as "no copies", "no namespace asks", and the
+    // copier would delete or make copies on that false picture. (The
+    // Controller waits for the sources' cache; these two are ours to wait
+    // for.) An error here means the program is stopping.
+    if ctx.namespaces.wait_until_ready().await.is_err() || ctx.copies.wait_until_ready().await.is_err() {
+        return Ok(Action::await_change());
+    }
     if source.labels().get(COPY).map(String::as_str) != Some("true") {
         if source.finalizers().iter().any(|f| f == FINALIZER) {
             let line = format!("source {key} no longer asks for copies: deleting its copies and its finalizer");
@@ -204,24 +245,34 @@ fn error_policy(source: Arc<Secret>, err: &finalizer::Error<kube::Error>, ctx: A
 // ANCHOR_END: reconcile
 
 // ANCHOR: sync
-/// Reads the namespaces that ask for copies and every Secret of the
-/// source's name, from the API server (not from a cache: see the page),
-/// asks `plan`, and carries out each step.
+/// Reads the namespaces that ask for copies and the copies of the source's
+/// name from the caches, asks `plan`, and carries out each step.
 async fn sync(source: &Secret, wanted: bool, ctx: &Context) -> Result<Action, kube::Error> {
     let name = source.name_any();
-    let asking = ListParams::default().labels(&format!("{COPIES}=true"));
-    let namespaces = Api::<Namespace>::all(ctx.client.clone()).list(&asking).await?.items;
-    let same_name = ListParams::default().fields(&format!("metadata.name={name}"));
-    let found = Api::<Secret>::all(ctx.client.clone()).list(&same_name).await?.items;
-    for step in plan(&ctx.namespace, source, wanted, &namespaces, &found) {
-        let uid = source.uid().unwrap_or_default();
+    // A cache holds no order: sorted by namespace, the same world gives the
+    // same steps in the same order.
+    let mut namespaces: Vec<Namespace> = ctx.namespaces.state().iter().map(|n| (**n).clone()).collect();
+    namespaces.sort_by_key(|n| n.name_any());
+    let mut copies: Vec<Secret> =
+        ctx.copies.state().iter().filter(|c| c.name_any() == name).map(|c| (**c).clone()).collect();
+    copies.sort_by_key(|c| c.namespace());
+    let uid = source.uid().unwrap_or_default();
+    for step in plan(&ctx.namespace, source, wanted, &namespaces, &copies) {
         match step {
             Step::Create(ns) => {
                 let params = PostParams { field_manager: Some(MANAGER.into()), ..Default::default() };
-                match Api::namespaced(ctx.client.clone(), &ns).create(&params, &copy_of(source, &ns, ctx)).await {
+                let api = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
+                match api.create(&params, &copy_of(source, &ns, ctx)).await {
                     Ok(_) => println!("created {ns}/{name} (copy of {}/{name})", ctx.namespace),
-                    // Made by someone else since our list: never ours to change.
-                    Err(kube::Error::Api(s)) if s.is_already_exists() => leave_alone(ctx, &ns, &name, &uid),
+                    // The cache holds only copies. A Secret of this name is
+                    // either our copy, not yet in the cache, or someone
+                    // else's: ask the server which.
+                    Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                        if api.get_opt(&name).await?.is_some_and(|s| !s.labels().contains_key(COPY_OF)) {
+                            let line = format!("left alone: {ns}/{name} is a Secret this program did not make");
+                            ctx.say_once(format!("{uid} {ns}"), line);
+                        }
+                    }
                     Err(kube::Error::Api(s)) if terminating(&s) => namespace_terminating(ctx, &ns),
                     Err(err) => return Err(err),
                 }
@@ -229,17 +280,26 @@ async fn sync(source: &Secret, wanted: bool, ctx: &Context) -> Result<Action, ku
             Step::Update { namespace: ns, remove } => {
                 // Server-side apply: we send the fields we want, the server
                 // merges them and records us as their manager. `force` takes
-                // a field back from whoever changed it since.
-                let copies: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-                let params = PatchParams::apply(MANAGER).force();
-                copies.patch(&name, &params, &Patch::Apply(copy_of(source, &ns, ctx))).await?;
+                // a field back from whoever changed it since. The version of
+                // the copy we judged goes with it: if the copy changed since
+                // (our cache is behind), the server refuses (409), and that
+                // change's event brings another reconcile.
+                let mut copy = copy_of(source, &ns, ctx);
+                let seen = copies.iter().find(|c| c.namespace().as_deref() == Some(ns.as_str()));
+                copy.metadata.resource_version = seen.and_then(|c| c.resource_version());
+                let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+                match api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(copy)).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                    Err(err) => return Err(err),
+                }
                 // A key someone added belongs to them: apply cannot remove
                 // it (we never claimed it). A merge patch with null can.
                 if !remove.is_empty() {
                     let nulls: serde_json::Map<_, _> =
                         remove.into_iter().map(|k| (k, serde_json::Value::Null)).collect();
                     let params = PatchParams { field_manager: Some(MANAGER.into()), ..Default::default() };
-                    copies.patch(&name, &params, &Patch::Merge(serde_json::json!({"data": nulls}))).await?;
+                    api.patch(&name, &params, &Patch::Merge(serde_json::json!({"data": nulls}))).await?;
                 }
                 println!("put right {ns}/{name} (copy of {}/{name})", ctx.namespace);
             }
@@ -250,18 +310,12 @@ async fn sync(source: &Secret, wanted: bool, ctx: &Context) -> Result<Action, ku
                     Err(err) => return Err(err),
                 }
             }
-            Step::LeaveAlone(ns) => leave_alone(ctx, &ns, &name, &uid),
             Step::Terminating(ns) => namespace_terminating(ctx, &ns),
         }
     }
     Ok(Action::await_change())
 }
 // ANCHOR_END: sync
-
-fn leave_alone(ctx: &Context, ns: &str, name: &str, uid: &str) {
-    let line = format!("left alone: {ns}/{name} is a Secret this program did not make");
-    ctx.say_once(format!("{uid} {ns}"), line);
-}
 
 fn namespace_terminating(ctx: &Context, ns: &str) {
     ctx.say_once(format!("terminating {ns}"), format!("namespace {ns} is terminating: no copies there"));
@@ -275,20 +329,14 @@ fn terminating(status: &kube::core::Status) -> bool {
 /// The copy of `source` that namespace `ns` should hold.
 fn copy_of(source: &Secret, ns: &str, ctx: &Context) -> Secret {
     let uid = source.uid().unwrap_or_default();
-    let owner = OwnerReference {
-        api_version: "v1".into(),
-        kind: "Secret".into(),
-        name: source.name_any(),
-        uid: uid.clone(),
-        ..Default::default()
-    };
     Secret {
         metadata: ObjectMeta {
             name: Some(source.name_any()),
             namespace: Some(ns.into()),
             labels: Some(BTreeMap::from([(COPY_OF.into(), uid)])),
             // The pitfall: an owner in another namespace.
-            owner_references: (ctx.pitfall == Some(Pitfall::CrossNamespaceOwner)).then(|| vec![owner]),
+            owner_references: (ctx.pitfall == Some(Pitfall::CrossNamespaceOwner))
+                .then(|| source.owner_ref(&()).into_iter().collect()),
             ..Default::default()
         },
         type_: source.type_.clone(),
@@ -311,24 +359,21 @@ enum Step {
         namespace: String,
         why: &'static str,
     },
-    /// A Secret of the source's name that this program did not make.
-    LeaveAlone(String),
     Terminating(String),
 }
 
 /// The decision, with no I/O. `wanted`: the source asks for copies (it is
 /// labelled and not being deleted). `namespaces`: those labelled to ask for
-/// copies. `found`: every Secret of the source's name, in any namespace.
+/// copies. `copies`: the Secrets of the source's name labelled as copies.
 /// Deletes come first, so that a copy of an old uid is gone before the new
 /// one is made.
-fn plan(src: &str, source: &Secret, wanted: bool, namespaces: &[Namespace], found: &[Secret]) -> Vec<Step> {
+fn plan(src: &str, source: &Secret, wanted: bool, namespaces: &[Namespace], copies: &[Secret]) -> Vec<Step> {
     let uid = source.uid();
     let asks = |ns: &str| wanted && ns != src && namespaces.iter().any(|n| n.name_any() == ns);
     let (mut deletes, mut writes) = (Vec::new(), Vec::new());
-    for secret in found.iter().filter(|s| s.namespace().as_deref() != Some(src)) {
+    for secret in copies.iter().filter(|s| s.namespace().as_deref() != Some(src)) {
         let ns = secret.namespace().unwrap_or_default();
         match secret.labels().get(COPY_OF) {
-            None if asks(&ns) => writes.push(Step::LeaveAlone(ns)),
             None => {}
             Some(of) if Some(of) != uid.as_ref() => {
                 deletes.push(Step::Delete { namespace: ns, why: "a copy of an older source of this name" })
@@ -351,14 +396,12 @@ fn plan(src: &str, source: &Secret, wanted: bool, namespaces: &[Namespace], foun
     }
     for ns in namespaces.iter().filter(|n| asks(&n.name_any())) {
         let name = ns.name_any();
-        let has = |s: &Secret| {
-            s.namespace().as_deref() == Some(name.as_str())
-                && (s.labels().get(COPY_OF) == uid.as_ref() || !s.labels().contains_key(COPY_OF))
-        };
+        let has =
+            |s: &Secret| s.namespace().as_deref() == Some(name.as_str()) && s.labels().get(COPY_OF) == uid.as_ref();
         if ns.metadata.deletion_timestamp.is_some() {
             writes.retain(|w| !matches!(w, Step::Update { namespace, .. } if *namespace == name));
             writes.push(Step::Terminating(name));
-        } else if !found.iter().any(has) {
+        } else if !copies.iter().any(has) {
             writes.push(Step::Create(name));
         }
     }
@@ -434,11 +477,13 @@ mod tests {
     }
 
     #[test]
-    fn a_secret_it_did_not_make_is_left_alone_whatever_happens() {
+    fn a_secret_without_the_copy_label_is_never_changed_or_deleted() {
+        // Only a create is planned: the server refuses it, as the name is taken.
         let stranger = [secret("a", &[], &[("password", "other")])];
         let namespaces = [namespace("a", false)];
-        assert_eq!(plan("src", &source(), true, &namespaces, &stranger), [Step::LeaveAlone("a".into())]);
+        assert_eq!(plan("src", &source(), true, &namespaces, &stranger), [Step::Create("a".into())]);
         assert_eq!(plan("src", &source(), false, &namespaces, &stranger), []);
+        assert_eq!(plan("src", &source(), true, &[], &stranger), []);
     }
 
     #[test]
