@@ -45,7 +45,7 @@ else
 	echo "    KUBECONFIG=$kubeconfig kubectl -n $ns run kuard --image=registry.k8s.io/pause:3.10" >&2
 fi
 
-step "kube-apiserver and etcd (built from Go modules once, then cached)" control-plane-build bash cluster/build.sh >/dev/null
+step "kube-apiserver, kube-controller-manager and etcd (built from Go modules once, then cached)" control-plane-build bash cluster/build.sh >/dev/null
 step "the local control plane (cluster/up.sh --dir $dir)" control-plane-up bash cluster/up.sh --dir "$dir" >/dev/null
 guard_dir "$marker"
 # shellcheck source=/dev/null
