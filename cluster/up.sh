@@ -324,13 +324,22 @@ write_scripts() {
 # launch NAME: starts DIR/NAME.sh detached and records its pid. setsid puts it
 # in its own session, so neither the end of up.sh nor a terminal hangup or
 # Ctrl-C aimed at the caller's process group stops it; its output goes to the
-# log, not to up.sh's stdout, or `$(up.sh)` would wait for it forever. setsid
-# does not fork here (a background job of a script is never a process group
-# leader), so $! is the server's pid once the script has exec'ed.
+# log, not to up.sh's stdout, or `$(up.sh)` would wait for it forever. It gets
+# no other descriptor: one up.sh holds (fd 9, the lock) or inherited (a lock
+# its caller took with flock(1), a pipe) would stay open, and a lock held, for
+# as long as the server runs. Neither the subshell nor setsid forks again (a
+# background job of a script is never a process group leader), so $! is the
+# server's pid once the script has exec'ed.
 declare -A log_start
 launch() {
 	log_start[$1]=$(($(stat -c %s "$dir/logs/$1.log" 2>/dev/null || echo 0) + 1))
-	setsid bash "$dir/$1.sh" >>"$dir/logs/$1.log" 2>&1 </dev/null 9<&- &
+	(
+		for fd in /proc/self/fd/*; do
+			fd=${fd##*/}
+			if ((fd > 2)); then eval "exec $fd>&-"; fi
+		done
+		exec setsid bash "$dir/$1.sh" >>"$dir/logs/$1.log" 2>&1 </dev/null
+	) &
 	started+=("$!")
 	echo "$!" >"$dir/$1.pid"
 }

@@ -208,3 +208,32 @@ async fn down_leaves_no_controller_manager_running() {
     assert!(down.status.success(), "down.sh: {}", String::from_utf8_lossy(&down.stderr));
     assert!(running.is_empty(), "up.sh --no-controller-manager started kube-controller-manager: {running:?}");
 }
+
+/// `flock LOCK cluster/up.sh` (as scripts that share a machine run it):
+/// LOCK is free once up.sh returns, though the servers it started run on.
+/// They inherit no descriptor of up.sh's but stdin, stdout and stderr.
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_up_sh_ran_under_is_free_once_it_returns() {
+    let parent = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-planes");
+    std::fs::create_dir_all(&parent).expect("make target/test-planes");
+    let scratch = fresh_dir_in(&parent, "kcm-lock");
+    let (dir, lock) = (scratch.join("plane"), scratch.join("lock"));
+    std::fs::write(&lock, "").expect("make the lock file");
+    let up = Command::new("flock")
+        .arg(&lock)
+        .arg("bash")
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("cluster/up.sh"))
+        .arg("--dir")
+        .arg(&dir)
+        .output()
+        .expect("run flock");
+    let free = Command::new("flock").arg("-n").arg(&lock).arg("true").status().expect("run flock -n");
+    let running = controller_managers_of(&dir);
+    let down = script("down.sh", &dir, &[]);
+    std::fs::remove_dir_all(&scratch).ok();
+    assert!(up.status.success(), "up.sh: {}", String::from_utf8_lossy(&up.stderr));
+    assert_eq!(running.len(), 1, "the plane is not running: {}", String::from_utf8_lossy(&up.stderr));
+    assert!(free.success(), "the servers up.sh started hold the lock it ran under");
+    assert!(down.status.success(), "down.sh: {}", String::from_utf8_lossy(&down.stderr));
+}
