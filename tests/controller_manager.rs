@@ -3,7 +3,8 @@
 //! removed, an object whose owner is gone is deleted, a new namespace gets
 //! its `default` ServiceAccount, and cluster/down.sh leaves no
 //! controller-manager running. Without one, each of these waits forever (the
-//! wait fails after its timeout).
+//! wait fails after its timeout). Also of up.sh, on a plane of its own: a
+//! lock its caller ran it under is free once it returns.
 
 mod common;
 
