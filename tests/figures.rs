@@ -1474,20 +1474,52 @@ impl Setup {
 /// The two steps `cluster/setup-times.sh --control-plane` measures apart.
 const PLANE_STEPS: [&str; 2] = ["control-plane", "start"];
 
-/// The binaries a record's control-plane build made, in words: "kube-apiserver,
-/// kube-controller-manager and etcd". A record without the list predates it,
-/// when the build made kube-apiserver and etcd.
-fn plane_binaries(record: &Value) -> String {
-    let mut names: Vec<&str> = match record["binaries"].as_array() {
-        Some(list) => list.iter().filter_map(Value::as_str).collect(),
-        None => vec!["kube-apiserver", "etcd"],
-    };
-    // Kubernetes' own first, etcd last, as the pages name them.
-    names.sort_by_key(|n| (*n == "etcd", n.to_string()));
+/// The binaries a record's control-plane build made. A record without the
+/// list predates it, when the build made kube-apiserver and etcd.
+fn record_binaries(record: &Value) -> Vec<String> {
+    record["binaries"].as_array().map_or_else(
+        || vec!["etcd".to_string(), "kube-apiserver".to_string()],
+        |list| list.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+    )
+}
+
+/// The binaries cluster/build.sh makes today: its `bins=(...)` line.
+fn built_now() -> Vec<String> {
+    let script = read("cluster/build.sh");
+    let line = script.lines().find_map(|l| l.strip_prefix("bins=(")).expect("cluster/build.sh has a bins=(...) line");
+    line.trim_end_matches(')').split_whitespace().map(str::to_owned).collect()
+}
+
+/// What cluster/build.sh makes today that a record's build did not.
+fn not_measured(record: &Value) -> Vec<String> {
+    let then = record_binaries(record);
+    built_now().into_iter().filter(|b| !then.contains(b)).collect()
+}
+
+/// Binaries in words: "kube-apiserver, kube-controller-manager and etcd"
+/// (Kubernetes' own first, etcd last, as the pages name them).
+fn in_words(mut names: Vec<String>) -> String {
+    names.sort_by_key(|n| (n == "etcd", n.clone()));
     match names.split_last() {
         Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
         _ => names.join(""),
     }
+}
+
+/// The binaries a record's control-plane build made, in words.
+fn plane_binaries(record: &Value) -> String {
+    in_words(record_binaries(record))
+}
+
+/// When a record's build made fewer binaries than cluster/build.sh makes
+/// today, a line that says so ("That WHAT compiled ...; NOW also compiles
+/// ..."); else nothing.
+fn stale_note(record: &Value, what: &str, now: &str) -> String {
+    let missing = not_measured(record);
+    if missing.is_empty() {
+        return String::new();
+    }
+    format!("That {what} compiled {}; {now} also compiles {}.\n", plane_binaries(record), in_words(missing))
 }
 
 /// A record's "Measured ..." line and table rows for `steps`.
@@ -1518,12 +1550,14 @@ fn duration(s: u64) -> String {
 fn setup_times() -> String {
     let r = Setup::load();
     let all: Vec<&str> = SETUP_STEPS.iter().map(|(s, _)| *s).collect();
+    let note = stale_note(r.plane(), "build", "`cluster/build.sh` now");
+    let note = if note.is_empty() { note } else { format!("\n{note}") };
     if !r.0["control_plane"].is_object() {
-        return setup_table(&r.0, &all);
+        return format!("{}{note}", setup_table(&r.0, &all));
     }
     let rest: Vec<&str> = all.into_iter().filter(|s| !PLANE_STEPS.contains(s)).collect();
     format!(
-        "{}\nThe control plane's steps, measured again apart later (`cluster/setup-times.sh --control-plane`):\n\n{}",
+        "{}\nThe control plane's steps, measured again apart later (`cluster/setup-times.sh --control-plane`):\n\n{}{note}",
         setup_table(&r.0, &rest),
         setup_table(r.plane(), &PLANE_STEPS)
     )
@@ -1536,12 +1570,19 @@ fn readme_setup() -> String {
     let need = |kind: &str, step: &str| {
         plane[kind][step].as_u64().unwrap_or_else(|| panic!("setup-times.json has no {kind} {step}"))
     };
+    // Measured before the build grew: say what that build compiled.
+    let then = if not_measured(plane).is_empty() {
+        String::new()
+    } else {
+        format!(" when it compiled {} alone", plane_binaries(plane))
+    };
     format!(
         "The first run compiles {}:\n\
-         **{}** on a machine with {} (cold, measured by `cluster/setup-times.sh`, the machine's load noted:\n\
-         [set-up times](book/src/appendix/setup.md)); the binaries are then cached under\n\
-         `~/.cache/demo-controller/control-plane/<hash of what built them>/`, and a start and stop take about {} s.\n",
-        plane_binaries(plane),
+         **{}** on a machine with {}{then}\n\
+         (cold, measured by `cluster/setup-times.sh`: [set-up times](book/src/appendix/setup.md)); the binaries are then\n\
+         cached under `~/.cache/demo-controller/control-plane/<hash of what built them>/`, and a start and stop take\n\
+         about {} s.\n",
+        in_words(built_now()),
         duration(need("cold", "control-plane")),
         plane["machine"].as_str().unwrap_or_default().split(',').next().unwrap_or_default(),
         need("warm", "start").max(1)
@@ -1557,26 +1598,10 @@ fn chapter1_fact(r: &Setup, name: &str) -> String {
         .unwrap_or_else(|| panic!("setup-times.json has no chapter1.{name}: run cluster/setup-times.sh --chapter1"))
 }
 
-/// When the chapter 1 measurement's control plane was smaller than today's
-/// (recorded before a binary joined it), a line that says so; else nothing.
+/// When the chapter 1 measurement's control plane was smaller than today's,
+/// a line that says so; else nothing.
 fn chapter1_note(r: &Setup) -> String {
-    let names = |record: &Value| -> Vec<String> {
-        record["binaries"].as_array().map_or_else(
-            || vec!["etcd".to_string(), "kube-apiserver".to_string()],
-            |list| list.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
-        )
-    };
-    let then = names(&r.0["chapter1"]);
-    let missing: Vec<String> = names(r.plane()).into_iter().filter(|n| !then.contains(n)).collect();
-    if missing.is_empty() {
-        return String::new();
-    }
-    format!(
-        "That first run compiled the control plane's {}; a first run now\n\
-         also compiles {}.\n",
-        plane_binaries(&r.0["chapter1"]),
-        missing.join(" and ")
-    )
+    stale_note(&r.0["chapter1"], "first run", "a first run now")
 }
 
 /// README.md: the time to chapter 1's first line, from the same record.
@@ -1586,7 +1611,7 @@ fn readme_chapter1() -> String {
     format!(
         "`make chapter N=1` reaches the chapter's first line in **{}** on a first\n\
          run ({}, project and chapter compiled from nothing) and in **{}** on a later one,\n\
-         on a machine with {} (measured by `cluster/setup-times.sh --chapter1`, the machine's load noted:\n\
+         on a machine with {} (measured by `cluster/setup-times.sh --chapter1`:\n\
          [set-up times](book/src/appendix/setup.md)). It prints {} lines before it.\n",
         secs("cold"),
         // Measured before the control plane last grew: what it compiled then.
