@@ -2,8 +2,9 @@
 # `make chapter N=1`: chapter N of the book in one command. Starts the local
 # control plane in DIR (or uses the one running there, `make cluster-up`),
 # makes the chapter's namespace `play` with its `default` ServiceAccount
-# (which a cluster's controller-manager would make; this one has none, and
-# without it no pod is admitted), then runs examples/chN_*.rs against it.
+# (without it no pod is admitted; the plane's controller-manager makes it
+# too, a moment later, or never on a plane started without one), then runs
+# examples/chN_*.rs against it.
 # Its first two lines name the chapter and give the kubectl command (with
 # the KUBECONFIG to use) that makes a pod appear in it. Chapter 7 first
 # installs its PodSummary CRD (what the chapter prints with --print-crd) and
@@ -52,7 +53,7 @@ else
 	echo "    KUBECONFIG=$kubeconfig kubectl -n $ns run kuard --image=registry.k8s.io/pause:3.10" >&2
 fi
 
-step "kube-apiserver and etcd (built from Go modules once, then cached)" control-plane-build bash cluster/build.sh >/dev/null
+step "kube-apiserver, kube-controller-manager and etcd (built from Go modules once, then cached)" control-plane-build bash cluster/build.sh >/dev/null
 step "the local control plane (cluster/up.sh --dir $dir)" control-plane-up bash cluster/up.sh --dir "$dir" >/dev/null
 guard_dir "$marker"
 # shellcheck source=/dev/null

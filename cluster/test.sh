@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test, unit and end-to-end, against a real local control plane:
-# builds (or reuses) kube-apiserver and etcd, starts them, runs `cargo test`,
-# and always stops them again, whatever happens. A full run (no name filters)
+# builds (or reuses) kube-apiserver, kube-controller-manager and etcd, starts
+# them (cluster/up.sh), runs `cargo test`, and always stops them again,
+# whatever happens. A full run (no name filters)
 # then runs a 2-minute chaos soak with every fault (bench/soak.sh, on a control
 # plane of its own) before the node tests.
 #

@@ -194,8 +194,8 @@ async fn make_demo_on_a_kind_context_runs_in_a_namespace_of_its_own_and_deletes_
     ] {
         assert!(all.contains(&line), "missing {line:?} in:\n{all}");
     }
-    // Deleted: gone, or terminating (a control plane with no
-    // controller-manager never finishes deleting a namespace).
+    // Deleted: gone, or terminating (the namespace controller empties a
+    // namespace before it goes; a cluster without one never finishes).
     match Api::<Namespace>::all(cluster.client.clone()).get_opt(&ns).await.expect("get namespace") {
         None => {}
         Some(n) => assert!(n.metadata.deletion_timestamp.is_some(), "namespace {ns} was not deleted"),
