@@ -455,7 +455,7 @@ async fn chapter8_a_terminating_namespace_costs_one_line() {
     );
 }
 
-#[ignore = "needs the local control plane with its kube-controller-manager: run `make test`"]
+#[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn chapter8_pitfall_cross_namespace_owner_the_garbage_collector_deletes_every_copy_again_and_again() {
     let w = World::new().await;
