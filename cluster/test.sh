@@ -8,7 +8,9 @@
 #
 # Tests that need the control plane are marked #[ignore] with the reason
 # "needs the local control plane: run `make test`", so a bare `cargo test`
-# reports them as not run; here they run, with --include-ignored.
+# reports them as not run; here they run, with --include-ignored. So does
+# tests/fresh_chapters.rs, ignored as it needs the network: it builds a
+# chapter in a fresh project from its page's `cargo add` line (crates.io).
 #
 # Usage: cluster/test.sh [test name filters and libtest flags, e.g. --nocapture]
 # NODE=skip (make test NODE=skip) leaves the node tests out, even as root, and
