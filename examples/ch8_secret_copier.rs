@@ -133,11 +133,10 @@ async fn run(args: Args) -> Result<(), kube::Error> {
         .run(reconcile, error_policy, ctx);
     let mut results = std::pin::pin!(results);
     while let Some(result) = results.next().await {
-        match result {
-            // A source that does not exist (any more): nothing to reconcile.
-            // A failed reconcile: `error_policy` printed it.
-            Ok(_) | Err(controller::Error::ObjectNotFound(_) | controller::Error::ReconcilerFailed(..)) => {}
-            Err(err) => println!("controller error: {err}"),
+        // Not these: a source that does not exist (any more), nothing to
+        // reconcile; a failed reconcile, which `error_policy` printed.
+        if let Err(err @ (controller::Error::QueueError(_) | controller::Error::RunnerError(_))) = result {
+            println!("controller error: {err}");
         }
     }
     println!("shutdown complete");
@@ -273,7 +272,8 @@ async fn sync(source: &Secret, wanted: bool, ctx: &Context) -> Result<Action, ku
                             ctx.say_once(format!("{uid} {ns}"), line);
                         }
                     }
-                    Err(kube::Error::Api(s)) if terminating(&s) => namespace_terminating(ctx, &ns),
+                    // A namespace being deleted refuses new objects: 403, cause NamespaceTerminating.
+                    Err(kube::Error::Api(s)) if cause(&s, "NamespaceTerminating") => namespace_terminating(ctx, &ns),
                     Err(err) => return Err(err),
                 }
             }
@@ -290,7 +290,8 @@ async fn sync(source: &Secret, wanted: bool, ctx: &Context) -> Result<Action, ku
                 let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
                 match api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(copy)).await {
                     Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                    // Not a conflict of field managers (only without `force`).
+                    Err(kube::Error::Api(s)) if s.code == 409 && !cause(&s, "FieldManagerConflict") => continue,
                     Err(err) => return Err(err),
                 }
                 // A key someone added belongs to them: apply cannot remove
@@ -321,9 +322,9 @@ fn namespace_terminating(ctx: &Context, ns: &str) {
     ctx.say_once(format!("terminating {ns}"), format!("namespace {ns} is terminating: no copies there"));
 }
 
-/// A namespace being deleted refuses new objects: 403, cause NamespaceTerminating.
-fn terminating(status: &kube::core::Status) -> bool {
-    status.details.iter().flat_map(|d| &d.causes).any(|c| c.reason == "NamespaceTerminating")
+/// The API server's refusal gives this reason among its causes.
+fn cause(status: &kube::core::Status, reason: &str) -> bool {
+    status.details.iter().flat_map(|d| &d.causes).any(|c| c.reason == reason)
 }
 
 /// The copy of `source` that namespace `ns` should hold.
