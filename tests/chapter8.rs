@@ -472,3 +472,34 @@ async fn chapter8_pitfall_cross_namespace_owner_the_garbage_collector_deletes_ev
         "{out:#?}"
     );
 }
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn chapter8_a_namespace_deleted_outright_costs_one_line_and_no_error() {
+    use kube::runtime::wait::{await_condition, conditions::is_deleted};
+    let (w, _, ch) = copied().await;
+    // What the page asks a reader to try: the namespace controller empties A
+    // and removes it. The line comes when the deletion begins (A's watch
+    // event); emptying A takes the namespace controller many requests.
+    let namespaces = Api::<Namespace>::all(w.c.client.clone());
+    let a = namespaces.get(&w.a).await.expect("get A");
+    namespaces.delete(&w.a, &DeleteParams::default()).await.expect("delete A");
+    w.wait_line(&ch, "namespace A is terminating: no copies there", 1).await;
+    let uid = a.metadata.uid.unwrap_or_default();
+    let gone = await_condition(namespaces.clone(), &w.a, is_deleted(&uid));
+    tokio::time::timeout(Duration::from_secs(120), gone).await.expect("A never went").expect("watch A");
+    // A reconcile after A is gone: it must not try A again.
+    w.set_data(&w.src, json!({"password": b64("new")})).await;
+    w.wait_line(&ch, "put right B/db (copy of SRC/db)", 1).await;
+    let out = w.stop(ch).await;
+    assert_eq!(
+        out,
+        with_stop(&[
+            BANNER,
+            "created A/db (copy of SRC/db)",
+            "created B/db (copy of SRC/db)",
+            "namespace A is terminating: no copies there",
+            "put right B/db (copy of SRC/db)",
+        ])
+    );
+}
