@@ -107,11 +107,11 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     // its name. A whole (re)list (`None`) concerns every source.
     let all = sources.clone();
     let every = move || all.state().iter().map(|s| ObjectRef::from_obj(&**s)).collect::<Vec<_>>();
-    let (every1, every2) = (every.clone(), every.clone());
+    let (on_relist, on_namespace) = (every.clone(), every.clone()); // one for each stream
     let of_copy = move |c: Secret| vec![ObjectRef::new(&c.name_any()).within(&src)];
     let triggers = futures::stream::select_all([
-        source_events.flat_map(move |s| iter(s.map_or_else(&every1, |s| vec![ObjectRef::from_obj(&s)]))).boxed(),
-        namespace_events.flat_map(move |_: Option<Namespace>| iter(every2())).boxed(),
+        source_events.flat_map(move |s| iter(s.map_or_else(&on_relist, |s| vec![ObjectRef::from_obj(&s)]))).boxed(),
+        namespace_events.flat_map(move |_: Option<Namespace>| iter(on_namespace())).boxed(),
         copy_events.flat_map(move |c| iter(c.map_or_else(&every, &of_copy))).boxed(),
     ]);
     let (graceful, shutdown) = futures::channel::oneshot::channel::<()>();
@@ -126,7 +126,8 @@ async fn run(args: Args) -> Result<(), kube::Error> {
     });
     // The Controller reads sources from our cache and reconciles those our
     // triggers name: one at a time per source, once more if named again
-    // meanwhile.
+    // meanwhile. Its own stream of sources is empty: every trigger comes
+    // through `reconcile_on`.
     let results = Controller::for_stream(futures::stream::empty(), sources)
         .reconcile_on(triggers)
         .graceful_shutdown_on(shutdown.map(|_| ()))
