@@ -26,7 +26,7 @@ run: ## Run against the current kubeconfig context (pass flags with ARGS="-n def
 demo: ## Show onAdd/onUpdate/onDelete: on your cluster (CONTEXT=name, or a kind/k3d/minikube/... current context whose server is on this machine) in a namespace of its own; else on a local one it starts and removes (one running from cluster-up/node-up is used and left running)
 	@NODE_DIR='$(NODE_DIR)' bash cluster/demo.sh --dir '$(CLUSTER_DIR)' --context '$(CONTEXT)'
 
-chapter: ## Run chapter N of the book (N=1..5, 7 or 9) on the local control plane (started if needed, left running); prints the kubectl line that makes a pod appear (for 7: installs its CRD, prints the lines that create a PodSummary and a pod; for 9: makes three Nodes, runs an agent for each and the controller, prints the lines that ask for a reboot)
+chapter: ## Run chapter N of the book (N=1..5, 7, 8 or 9) on the local control plane (started if needed, left running); prints the kubectl line that makes a pod appear (for 7: installs its CRD, prints the lines that create a PodSummary and a pod; for 8: the lines that label a namespace and create a source; for 9: makes three Nodes, runs an agent for each and the controller, prints the lines that ask for a reboot)
 	@N=$(N) ARGS="$(ARGS)" bash cluster/chapter.sh --dir $(CLUSTER_DIR)
 
 test: lint book-check ## Lint, build the book (warnings are errors), then every unit and end-to-end test against a real local control plane (as root the node tests too; NODE=skip leaves them out)

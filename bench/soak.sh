@@ -58,8 +58,10 @@ CARGO_TARGET_DIR=$target cargo build --locked --manifest-path bench/harness/Carg
 demo=$(built "$target" debug/demo-controller) || exit 1
 bin=$(built "$target" debug/soak) || exit 1
 
+# Without a controller-manager, as bench/run.sh: its record (bench/soak.json)
+# was made on kube-apiserver and etcd alone, and stays comparable.
 say "starting a control plane of its own in $dir"
-bash cluster/up.sh --dir "$dir" >/dev/null
+bash cluster/up.sh --dir "$dir" --no-controller-manager >/dev/null
 
 "$bin" --duration "${DURATION:-10m}" --kubeconfig "$dir/kubeconfig" --cluster-dir "$dir" \
 	--demo-controller "$demo" "$@" &

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the local control plane's two real binaries, kube-apiserver and etcd,
-# from the Go modules pinned in cluster/kube-apiserver and cluster/etcd, and
-# prints the directory that holds them.
+# Builds the local control plane's three real binaries, kube-apiserver,
+# kube-controller-manager and etcd, from the Go modules pinned in
+# cluster/kube-apiserver (both Kubernetes binaries, one release) and
+# cluster/etcd, and prints the directory that holds them.
 #
-# A cold build compiles all of kube-apiserver (minutes: book/src/appendix/setup.md
+# A cold build compiles all of kube-apiserver and kube-controller-manager (minutes: book/src/appendix/setup.md
 # has the recorded times), so the result is cached outside the checkout, under a key that hashes everything
 # that produced it: both go.mod/go.sum pairs, this script and the Go version.
 # Change any of them and the next run builds afresh; change nothing and every
@@ -36,7 +37,10 @@ key=$(
 # holds): see cache_dir in proc.sh.
 cache=$(cache_dir "control-plane/$key") || exit 1
 
-if [[ -x $cache/kube-apiserver && -x $cache/etcd ]]; then
+bins=(etcd kube-apiserver kube-controller-manager)
+have=1
+for b in "${bins[@]}"; do [[ -x $cache/$b ]] || have=0; done
+if ((have)); then
 	echo "$cache"
 	exit 0
 fi
@@ -46,7 +50,7 @@ fi
 tmp=$(mktemp -d "$cache/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-echo "building kube-apiserver $k8s_version and etcd $etcd_version from Go modules (once, minutes: see book/src/appendix/setup.md; cached in $cache)" >&2
+echo "building kube-apiserver and kube-controller-manager $k8s_version and etcd $etcd_version from Go modules (once, minutes: see book/src/appendix/setup.md; cached in $cache)" >&2
 start=$SECONDS
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
@@ -59,17 +63,21 @@ export CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
 minor=${k8s_version#v1.}
 minor=${minor%%.*}
-(
-	cd "$here/kube-apiserver"
-	go build -trimpath -o "$tmp/kube-apiserver" -ldflags "-s -w \
+# One go build per binary, one after the other: the two Kubernetes binaries
+# share most of their packages, which the second build finds in Go's cache.
+cd "$here/kube-apiserver"
+for b in kube-apiserver kube-controller-manager; do
+	t=$SECONDS
+	go build -trimpath -o "$tmp/$b" -ldflags "-s -w \
 		-X k8s.io/component-base/version.gitVersion=$k8s_version \
 		-X k8s.io/component-base/version.gitMajor=1 \
 		-X k8s.io/component-base/version.gitMinor=$minor \
 		-X k8s.io/component-base/version.gitCommit=$k8s_commit \
 		-X k8s.io/component-base/version.gitTreeState=clean" \
-		k8s.io/kubernetes/cmd/kube-apiserver
-)
+		"k8s.io/kubernetes/cmd/$b"
+	echo "  $b: $((SECONDS - t)) s" >&2
+done
 
-mv "$tmp/etcd" "$tmp/kube-apiserver" "$cache/"
+for b in "${bins[@]}"; do mv "$tmp/$b" "$cache/"; done
 echo "built in $((SECONDS - start)) s" >&2
 echo "$cache"

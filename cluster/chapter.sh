@@ -2,12 +2,15 @@
 # `make chapter N=1`: chapter N of the book in one command. Starts the local
 # control plane in DIR (or uses the one running there, `make cluster-up`),
 # makes the chapter's namespace `play` with its `default` ServiceAccount
-# (which a cluster's controller-manager would make; this one has none, and
-# without it no pod is admitted), then runs examples/chN_*.rs against it.
+# (without it no pod is admitted; the plane's controller-manager makes it
+# too, a moment later, or never on a plane started without one), then runs
+# examples/chN_*.rs against it.
 # Its first two lines name the chapter and give the kubectl command (with
 # the KUBECONFIG to use) that makes a pod appear in it. Chapter 7 first
 # installs its PodSummary CRD (what the chapter prints with --print-crd) and
-# prints the commands that create a PodSummary and a pod it selects. Ctrl-C
+# prints the commands that create a PodSummary and a pod it selects.
+# Chapter 8 prints the commands that make a namespace ask for copies,
+# create a source Secret in `play`, and show its copy. Ctrl-C
 # stops the chapter; the control plane stays up for the next one (`make
 # cluster-down` stops it). Chapter 9 makes three Node objects, Ready
 # (node-1 to node-3: a bare API server accepts Nodes without a kubelet),
@@ -15,7 +18,7 @@
 # node's name) and the controller in the foreground, and prints the kubectl
 # lines that ask for a reboot; Ctrl-C stops all four programs.
 #
-# Usage: N=1 cluster/chapter.sh [--dir DIR]   (N: 1 to 5, 7 or 9; DIR defaults to
+# Usage: N=1 cluster/chapter.sh [--dir DIR]   (N: 1 to 5, 7, 8 or 9; DIR defaults to
 #        <repo>/target/local-cluster; ARGS in the environment: more flags
 #        for the chapter, e.g. ARGS="--pitfall never-done" for chapter 4)
 set -euo pipefail
@@ -26,7 +29,7 @@ cd "$repo"
 
 # Chapter 6 runs two replicas: its page says how (two terminals).
 chapters=([1]=ch1_watch [2]=ch2_cache [3]=ch3_queue [4]=ch4_controller [5]=ch5_controller_runtime [7]=ch7_pod_summary
-	[9]=ch9_reboot_controller)
+	[8]=ch8_secret_copier [9]=ch9_reboot_controller)
 n=${N:-}
 if [[ ! $n =~ ^[1-9]$ ]] || [[ -z ${chapters[n]:-} ]]; then
 	echo "make chapter: N must be one of ${!chapters[*]} (got '${n}'): e.g. make chapter N=1" >&2
@@ -44,6 +47,12 @@ if ((n == 7)); then
 	echo "    echo '{\"apiVersion\":\"demo.example.com/v1alpha1\",\"kind\":\"PodSummary\",\"metadata\":{\"name\":\"web\"},\"spec\":{\"selector\":{\"matchLabels\":{\"app\":\"web\"}}}}' | KUBECONFIG=$kubeconfig kubectl -n $ns apply -f -" >&2
 	echo "    KUBECONFIG=$kubeconfig kubectl -n $ns run web-1 --image=registry.k8s.io/pause:3.10 --labels=app=web" >&2
 	echo "    KUBECONFIG=$kubeconfig kubectl -n $ns describe podsummary web   # its status and Events" >&2
+elif ((n == 8)); then
+	log "chapter $n (examples/$example.rs) on the local control plane; to make a namespace ask for copies, a source, and see its copy, in another terminal:"
+	echo "    export KUBECONFIG=$kubeconfig" >&2
+	echo "    kubectl create namespace team-a && kubectl label namespace team-a demo.example.com/copies=true" >&2
+	echo "    kubectl -n $ns create secret generic db --from-literal=password=s3cret && kubectl -n $ns label secret db demo.example.com/copy=true" >&2
+	echo "    kubectl -n team-a get secret db --show-labels   # the copy" >&2
 elif ((n == 9)); then
 	log "chapter $n (examples/ch9_reboot_agent.rs, examples/$example.rs) on the local control plane; to ask for reboots, in another terminal:"
 	for node in node-1 node-2 node-3; do
@@ -55,7 +64,7 @@ else
 	echo "    KUBECONFIG=$kubeconfig kubectl -n $ns run kuard --image=registry.k8s.io/pause:3.10" >&2
 fi
 
-step "kube-apiserver and etcd (built from Go modules once, then cached)" control-plane-build bash cluster/build.sh >/dev/null
+step "kube-apiserver, kube-controller-manager and etcd (built from Go modules once, then cached)" control-plane-build bash cluster/build.sh >/dev/null
 step "the local control plane (cluster/up.sh --dir $dir)" control-plane-up bash cluster/up.sh --dir "$dir" >/dev/null
 guard_dir "$marker"
 # shellcheck source=/dev/null

@@ -104,7 +104,7 @@ logger_bin=$(built "$target" debug/demo-controller) || exit 1
 pod=kuard
 ((ours)) || pod=kuard-$run
 if ((ours)); then
-	say "starting the local control plane (kube-apiserver on 127.0.0.1, etcd on a unix socket)"
+	say "starting the local control plane (kube-apiserver on 127.0.0.1, etcd on a unix socket, kube-controller-manager)"
 	bash cluster/up.sh --dir "$dir" >/dev/null
 	dir=$(realpath -- "$dir")
 else

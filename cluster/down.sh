@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Stops the local control plane that cluster/up.sh started in DIR and removes
-# DIR. Stops every kube-apiserver first (the one up.sh started and any extra
-# one started from DIR/kube-apiserver.sh), then etcd, so no apiserver ever
-# runs against a vanished etcd. Each gets SIGTERM, then SIGKILL after 10 s.
+# DIR. Stops the kube-controller-manager first, then every kube-apiserver
+# (the one up.sh started and any extra one started from
+# DIR/kube-apiserver.sh), then etcd, so nothing ever runs against a vanished
+# server. Each gets SIGTERM, then SIGKILL after 10 s.
 #
 # Usage: cluster/down.sh [--dir DIR]     (DIR defaults to <repo>/target/local-cluster)
 #
@@ -38,18 +39,24 @@ ours() {
 	alive "$1" && tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | grep -qF -- "$dir/"
 }
 
-apiservers=() etcds=()
-# The pid files: DIR/etcd.pid, DIR/kube-apiserver.pid, and whatever pid files
-# tests wrote for extra apiservers.
+kcms=() apiservers=() etcds=()
+# The pid files: DIR/etcd.pid, DIR/kube-apiserver.pid,
+# DIR/kube-controller-manager.pid, and whatever pid files tests wrote for
+# extra apiservers.
 for f in "$dir"/*.pid; do
 	[[ -f $f ]] || continue
 	pid=$(cat "$f" 2>/dev/null) || continue
 	[[ $pid =~ ^[0-9]+$ ]] && ours "$pid" || continue
-	if [[ $(basename "$f") == etcd.pid ]]; then etcds+=("$pid"); else apiservers+=("$pid"); fi
+	case $(basename "$f") in
+	etcd.pid) etcds+=("$pid") ;;
+	kube-controller-manager.pid) kcms+=("$pid") ;;
+	*) apiservers+=("$pid") ;;
+	esac
 done
-# Plus any etcd or kube-apiserver running with this DIR's files whose pid was
-# never written down (a test that forgot, an up.sh killed with SIGKILL), so
-# removing DIR never leaves one running without its files.
+# Plus any etcd, kube-apiserver or kube-controller-manager running with this
+# DIR's files whose pid was never written down (a test that forgot, an up.sh
+# killed with SIGKILL), so removing DIR never leaves one running without its
+# files.
 for p in /proc/[0-9]*; do
 	pid=${p#/proc/}
 	((pid != $$)) || continue
@@ -57,6 +64,7 @@ for p in /proc/[0-9]*; do
 	read -r -d '' argv0 2>/dev/null <"$p/cmdline" || true
 	case ${argv0##*/} in
 	kube-apiserver) list=apiservers ;;
+	kube-controller-manager) list=kcms ;;
 	etcd) list=etcds ;;
 	*) continue ;;
 	esac
@@ -71,13 +79,14 @@ if ((${#etcds[@]} == 0 && ${#apiservers[@]} > 0)); then
 	# shutdown (measured, v1.35), and DIR's data is thrown away anyway.
 	kill -KILL "${apiservers[@]}" 2>/dev/null || true
 fi
+stop ${kcms[@]+"${kcms[@]}"}
 stop ${apiservers[@]+"${apiservers[@]}"}
 stop ${etcds[@]+"${etcds[@]}"}
 if ((held_by_caller)); then
 	# up.sh's lock is on DIR itself: empty it, keep the directory and its marker.
 	find "$dir" -mindepth 1 ! -path "$dir/$marker" -delete
-	log "stopped ${#apiservers[@]} kube-apiserver and ${#etcds[@]} etcd process(es); emptied $dir"
+	log "stopped ${#kcms[@]} kube-controller-manager, ${#apiservers[@]} kube-apiserver and ${#etcds[@]} etcd process(es); emptied $dir"
 else
 	rm -rf --one-file-system "$dir"
-	log "stopped ${#apiservers[@]} kube-apiserver and ${#etcds[@]} etcd process(es); removed $dir"
+	log "stopped ${#kcms[@]} kube-controller-manager, ${#apiservers[@]} kube-apiserver and ${#etcds[@]} etcd process(es); removed $dir"
 fi

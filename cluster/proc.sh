@@ -36,12 +36,14 @@ pid_in() {
 	echo "$pid"
 }
 
-# plane_ready DIR: the control plane cluster/up.sh started in DIR runs and
-# answers /readyz; prints its URL. DIR must have been through the directory
-# guard below: its env is sourced.
+# plane_ready DIR: the control plane cluster/up.sh started in DIR runs (its
+# kube-controller-manager too, if it was started with one) and answers
+# /readyz; prints its URL. DIR must have been through the directory guard
+# below: its env is sourced.
 plane_ready() {
 	local url
 	[[ -f $1/env && -f $1/kubeconfig ]] && pid_in "$1" etcd >/dev/null && pid_in "$1" kube-apiserver >/dev/null || return 1
+	[[ ! -e $1/kube-controller-manager.sh ]] || pid_in "$1" kube-controller-manager >/dev/null || return 1
 	# shellcheck source=/dev/null
 	url=$(. "$1/env" && echo "$APISERVER_URL")
 	[[ $(curl -sS --max-time 3 --cacert "$1/pki/ca.crt" --cert "$1/pki/admin.crt" --key "$1/pki/admin.key" \

@@ -10,7 +10,8 @@
 # nothing built before counts; the directory is removed at the end. Then each
 # step runs once more, warm, as every run after the first does.
 #
-#   control-plane   cluster/build.sh: kube-apiserver and etcd from Go modules
+#   control-plane   cluster/build.sh: kube-apiserver, kube-controller-manager
+#                   and etcd from Go modules
 #   start           cluster/up.sh: a start of the control plane, to ready
 #   mdbook          book/mdbook.sh: the pinned mdbook, built by cargo install
 #   node-binaries   cluster/node/build.sh: kubelet, scheduler, controller-
@@ -27,15 +28,23 @@
 #                   second run, the control plane stopped in between. Also
 #                   the number of lines it prints before that first line.
 #
-# Usage: cluster/setup-times.sh [--chapter1]   (a few tens of minutes on 2
-#        cores; --chapter1: that measurement alone, the rest of the record
-#        kept as it is)
+# Or, recorded apart under "control_plane" with its own date and load (the
+# control-plane and start steps alone, e.g. after the control plane changed):
+#   control-plane, start   as above
+#
+# Each record also names the binaries the control-plane build made
+# ("binaries"), so the pages say what a measured build compiled.
+#
+# Usage: cluster/setup-times.sh [--chapter1 | --control-plane]   (a few tens
+#        of minutes on 2 cores; --chapter1, --control-plane: that measurement
+#        alone, the rest of the record kept as it is)
 set -euo pipefail
-only_chapter1=0
+only=
 case ${1:-} in
 '') ;;
---chapter1) only_chapter1=1 ;;
-*) echo "usage: $0 [--chapter1]" >&2; exit 2 ;;
+--chapter1) only=chapter1 ;;
+--control-plane) only=control-plane ;;
+*) echo "usage: $0 [--chapter1 | --control-plane]" >&2; exit 2 ;;
 esac
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -90,15 +99,18 @@ chapter1() {
 	bash cluster/down.sh --dir "$plane" >/dev/null
 	lines_before=$((n - 1))
 }
+# binaries: the control plane's binaries, as build.sh (cached: instant) has
+# them, one name a line.
+binaries() { ls "$(bash cluster/build.sh 2>/dev/null | tail -n1)"; }
 record_chapter1() {
-	python3 - "$out" "$@" <<-'PY'
+	python3 - "$out" "$(binaries)" "$@" <<-'PY'
 		import json, sys
-		path, measured, commit, machine, load, cold, warm, lines = sys.argv[1:]
+		path, bins, measured, commit, machine, load, cold, warm, lines = sys.argv[1:]
 		with open(path) as f:
 		    record = json.load(f)
 		record["chapter1"] = {
 		    "measured": measured, "commit": commit, "machine": machine, "load": load,
-		    "cold": int(cold), "warm": int(warm), "lines_before": int(lines),
+		    "binaries": bins.split(), "cold": int(cold), "warm": int(warm), "lines_before": int(lines),
 		}
 		with open(path, "w") as f:
 		    json.dump(record, f, indent=2)
@@ -109,12 +121,35 @@ machine() { echo "$(nproc) CPUs, $(awk '/MemTotal/ {printf "%.1f GiB", $2/104857
 commit() { git rev-parse --short HEAD 2>/dev/null || echo unknown; }
 out=book/src/appendix/setup-times.json
 
-if ((only_chapter1)); then
+if [[ $only == chapter1 ]]; then
 	load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 	time_step chapter1 chapter1
 	record_chapter1 "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(commit)" "$(machine)" \
 		"load average $load_before when it started, $(cut -d' ' -f1-3 /proc/loadavg) when it ended" \
 		"${cold[chapter1]}" "${warm[chapter1]}" "$lines_before"
+	say "recorded in $out; now run DEMO_CONTROLLER_BLESS=1 cargo test --test figures to update the pages that quote it"
+	exit 0
+fi
+if [[ $only == control-plane ]]; then
+	measured=$(date -u '+%Y-%m-%d %H:%M UTC') load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+	time_step control-plane bash cluster/build.sh
+	time_step start start_plane
+	python3 - "$out" "$(binaries)" "$measured" "$(commit)" "$(machine)" \
+		"load average $load_before when it started, $(cut -d' ' -f1-3 /proc/loadavg) when it ended" \
+		"${cold[control-plane]}" "${warm[control-plane]}" "${cold[start]}" "${warm[start]}" <<-'PY'
+		import json, sys
+		path, bins, measured, commit, machine, load, build_cold, build_warm, start_cold, start_warm = sys.argv[1:]
+		with open(path) as f:
+		    record = json.load(f)
+		record["control_plane"] = {
+		    "measured": measured, "commit": commit, "machine": machine, "load": load, "binaries": bins.split(),
+		    "cold": {"control-plane": int(build_cold), "start": int(start_cold)},
+		    "warm": {"control-plane": int(build_warm), "start": int(start_warm)},
+		}
+		with open(path, "w") as f:
+		    json.dump(record, f, indent=2)
+		    f.write("\n")
+	PY
 	say "recorded in $out; now run DEMO_CONTROLLER_BLESS=1 cargo test --test figures to update the pages that quote it"
 	exit 0
 fi
@@ -138,6 +173,7 @@ time_step chapter1 chapter1
 	echo "  \"commit\": \"$(commit)\","
 	echo "  \"machine\": \"$(machine)\","
 	echo "  \"load\": \"load average $load_before when it started, $load_after when it ended\","
+	echo "  \"binaries\": [$(binaries | sed 's/.*/"&"/' | paste -sd, | sed 's/,/, /g')],"
 	first=1
 	for kind in cold warm; do
 		echo "  \"$kind\": {"

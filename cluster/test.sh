@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Runs every test, unit and end-to-end, against a real local control plane:
-# builds (or reuses) kube-apiserver and etcd, starts them, runs `cargo test`,
-# and always stops them again, whatever happens. A full run (no name filters)
+# builds (or reuses) kube-apiserver, kube-controller-manager and etcd, starts
+# them (cluster/up.sh), runs `cargo test`, and always stops them again,
+# whatever happens. A full run (no name filters)
 # then runs a 2-minute chaos soak with every fault (bench/soak.sh, on a control
 # plane of its own) before the node tests.
 #
 # Tests that need the control plane are marked #[ignore] with the reason
 # "needs the local control plane: run `make test`", so a bare `cargo test`
-# reports them as not run; here they run, with --include-ignored.
+# reports them as not run; here they run, with --include-ignored. So does
+# tests/fresh_chapters.rs, ignored as it needs the network: it builds a
+# chapter in a fresh project from its page's `cargo add` line (crates.io).
 #
 # Usage: cluster/test.sh [test name filters and libtest flags, e.g. --nocapture]
 # NODE=skip (make test NODE=skip) leaves the node tests out, even as root, and

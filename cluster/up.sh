@@ -3,10 +3,19 @@
 # and etcd on a unix socket in DIR, for the integration tests, and prints `export KUBECONFIG=...` as
 # its last stdout line (progress goes to stderr), so
 #     eval "$(cluster/up.sh)"
-# works. There is no kubelet, scheduler or controller-manager: pods are
-# accepted and stay Pending.
+# works. A kube-controller-manager runs with them, with four controllers: the
+# garbage collector (it deletes an object whose owner is gone), the namespace
+# controller (it empties a deleted namespace, then removes it), and the two
+# that give each namespace its `default` ServiceAccount and fill token
+# Secrets. There is no kubelet or scheduler: pods are accepted and stay
+# Pending.
 #
-# Usage: cluster/up.sh [--dir DIR]     (DIR defaults to <repo>/target/local-cluster)
+# Usage: cluster/up.sh [--dir DIR] [--no-controller-manager]
+#   DIR defaults to <repo>/target/local-cluster.
+#   --no-controller-manager: start kube-apiserver and etcd alone (as the
+#   benchmarks measure them); up.sh then makes default/default ServiceAccount
+#   itself, and a deleted namespace stays Terminating. A plane already
+#   running is left as it was started.
 #
 # With LOCAL_CLUSTER_NODE_IP=ADDR in the environment (set by cluster/node/init.sh,
 # which has put ADDR on the node's end of its link) the apiserver runs as a real
@@ -21,15 +30,19 @@
 #   pki/               CA, apiserver serving cert, admin client cert, service-account keys
 #   etcd/              etcd's data
 #   etcd.sock:0        etcd's client socket, its only way in (see "Who gets in")
-#   logs/              etcd.log, kube-apiserver.log
+#   logs/              etcd.log, kube-apiserver.log, kube-controller-manager.log
 #   etcd.sh            execs etcd with this cluster's flags
 #   kube-apiserver.sh  execs kube-apiserver with this cluster's flags; optional
 #                      arguments: PORT (overrides --secure-port, e.g. for a second
 #                      apiserver on the same etcd; empty = the usual one), then
 #                      extra flags
-#   etcd.pid, kube-apiserver.pid
+#   kube-controller-manager.sh  execs kube-controller-manager with this
+#                      cluster's flags (not written with --no-controller-manager)
+#   etcd.pid, kube-apiserver.pid, kube-controller-manager.pid
 #   env                APISERVER_PORT, APISERVER_URL, ETCD_SOCKET, BIN_DIR, ... (shell-sourceable)
 #   kubeconfig         admin (system:masters) kubeconfig, certificates embedded
+#   kube-controller-manager.kubeconfig  the controller-manager's own
+#                      (system:kube-controller-manager), certificates embedded
 #
 # Running it again on a DIR whose control plane is up only prints the export
 # line; a DIR left behind by a dead one is wiped and started afresh.
@@ -48,6 +61,7 @@
 # every client needs a certificate or a token. Private keys are 0600.
 set -euo pipefail
 
+with_kcm=1 # --no-controller-manager sets 0 (see lib.sh)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 log() { echo "up.sh: $*" >&2; }
@@ -89,11 +103,12 @@ already_running && exit 0
 # it fails; its last stdout line is the directory. Each binary is resolved and
 # checked once (see checked in proc.sh), and the scripts below run that
 # resolved path: nothing another user could swap.
-build_out=$(step "kube-apiserver and etcd (built from Go modules once, then cached)" control-plane-build bash "$here/build.sh")
+build_out=$(step "kube-apiserver, kube-controller-manager and etcd (built from Go modules once, then cached)" control-plane-build bash "$here/build.sh")
 bin_dir=${build_out##*$'\n'}
 etcd_bin=$(checked "$bin_dir/etcd") || exit 1
 apiserver_bin=$(checked "$bin_dir/kube-apiserver") || exit 1
-for b in "$etcd_bin" "$apiserver_bin"; do
+kcm_bin=$(checked "$bin_dir/kube-controller-manager") || exit 1
+for b in "$etcd_bin" "$apiserver_bin" "$kcm_bin"; do
 	[[ -x $b ]] || { log "error: build.sh printed '$bin_dir', where $b is not executable"; exit 1; }
 done
 
@@ -176,6 +191,10 @@ subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,
 	[[ -z $node_ip ]] || sign apiserver-kubelet-client /O=system:masters/CN=kube-apiserver-kubelet-client "extendedKeyUsage=clientAuth"
 	# O=system:masters: bound to cluster-admin and bypasses RBAC authorization.
 	sign admin /O=system:masters/CN=admin "extendedKeyUsage=clientAuth"
+	# The user the apiserver's bootstrap RBAC roles name for the
+	# controller-manager; each controller then acts as its own ServiceAccount
+	# (--use-service-account-credentials), with that controller's role.
+	((!with_kcm)) || sign kube-controller-manager /CN=system:kube-controller-manager "extendedKeyUsage=clientAuth"
 	openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key
 	openssl pkey -in sa.key -pubout -out sa.pub
 	chmod 600 ./*.key
@@ -267,6 +286,30 @@ write_scripts() {
 		  --allow-privileged=true \\
 		  $node_flags"\$@"
 	EOF
+	if ((with_kcm)); then cat >"$dir/kube-controller-manager.sh" <<-EOF
+		#!/usr/bin/env bash
+		# Generated by cluster/up.sh: execs this local cluster's kube-controller-manager.
+		# Usage: bash kube-controller-manager.sh [EXTRA FLAGS...] >>LOG 2>&1 &
+		set -euo pipefail
+		dir=$q_dir
+		pki=\$dir/pki
+		# --controllers: only the garbage collector, the namespace controller
+		#   and the ServiceAccount controllers (a \`default\` one in each
+		#   namespace; token Secrets filled).
+		# --use-service-account-credentials: each controller acts as its own
+		#   ServiceAccount in kube-system, with its own RBAC role.
+		# --secure-port=0: it serves nothing. --leader-elect=false: one runs.
+		exec $(printf %q "$kcm_bin") \\
+		  --kubeconfig="\$dir/kube-controller-manager.kubeconfig" \\
+		  --controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller \\
+		  --use-service-account-credentials \\
+		  --service-account-private-key-file="\$pki/sa.key" \\
+		  --root-ca-file="\$pki/ca.crt" \\
+		  --secure-port=0 \\
+		  --leader-elect=false \\
+		  "\$@"
+	EOF
+	fi
 	# Sourceable facts about this cluster, for tests and humans.
 	cat >"$dir/env" <<-EOF
 		CLUSTER_DIR=$q_dir
@@ -281,13 +324,22 @@ write_scripts() {
 # launch NAME: starts DIR/NAME.sh detached and records its pid. setsid puts it
 # in its own session, so neither the end of up.sh nor a terminal hangup or
 # Ctrl-C aimed at the caller's process group stops it; its output goes to the
-# log, not to up.sh's stdout, or `$(up.sh)` would wait for it forever. setsid
-# does not fork here (a background job of a script is never a process group
-# leader), so $! is the server's pid once the script has exec'ed.
+# log, not to up.sh's stdout, or `$(up.sh)` would wait for it forever. It gets
+# no other descriptor: one up.sh holds (fd 9, the lock) or inherited (a lock
+# its caller took with flock(1), a pipe) would stay open, and a lock held, for
+# as long as the server runs. Neither the subshell nor setsid forks again (a
+# background job of a script is never a process group leader), so $! is the
+# server's pid once the script has exec'ed.
 declare -A log_start
 launch() {
 	log_start[$1]=$(($(stat -c %s "$dir/logs/$1.log" 2>/dev/null || echo 0) + 1))
-	setsid bash "$dir/$1.sh" >>"$dir/logs/$1.log" 2>&1 </dev/null 9<&- &
+	(
+		for fd in /proc/self/fd/*; do
+			fd=${fd##*/}
+			if ((fd > 2)); then eval "exec $fd>&-"; fi
+		done
+		exec setsid bash "$dir/$1.sh" >>"$dir/logs/$1.log" 2>&1 </dev/null
+	) &
 	started+=("$!")
 	echo "$!" >"$dir/$1.pid"
 }
@@ -347,50 +399,74 @@ done
 ms=$(((${EPOCHREALTIME//[!0-9]/} - t0) / 1000))
 log "kube-apiserver ready at https://$api_host:$apiserver_port, $((ms / 1000)).$((ms % 1000 / 100)) s after starting"
 
-# --- kubeconfig -----------------------------------------------------------------
+# --- kubeconfigs ----------------------------------------------------------------
 b64() { base64 -w0 <"$1"; }
-cat >"$dir/kubeconfig.tmp" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster:
-    server: https://$api_host:$apiserver_port
-    certificate-authority-data: $(b64 "$pki/ca.crt")
-users:
-- name: admin
-  user:
-    client-certificate-data: $(b64 "$pki/admin.crt")
-    client-key-data: $(b64 "$pki/admin.key")
-contexts:
-- name: local
-  context:
-    cluster: local
-    user: admin
-current-context: local
-EOF
-chmod 600 "$dir/kubeconfig.tmp"
-mv "$dir/kubeconfig.tmp" "$dir/kubeconfig"
+# kubeconfig FILE USER: a kubeconfig for the client certificate pki/USER.crt,
+# certificates embedded, written under a temporary name and renamed.
+kubeconfig() {
+	cat >"$1.tmp" <<-EOF
+		apiVersion: v1
+		kind: Config
+		clusters:
+		- name: local
+		  cluster:
+		    server: https://$api_host:$apiserver_port
+		    certificate-authority-data: $(b64 "$pki/ca.crt")
+		users:
+		- name: $2
+		  user:
+		    client-certificate-data: $(b64 "$pki/$2.crt")
+		    client-key-data: $(b64 "$pki/$2.key")
+		contexts:
+		- name: local
+		  context:
+		    cluster: local
+		    user: $2
+		current-context: local
+	EOF
+	chmod 600 "$1.tmp"
+	mv "$1.tmp" "$1"
+}
+kubeconfig "$dir/kubeconfig" admin
 
 # --- default ServiceAccount -------------------------------------------------------
-# Made by the controller-manager on a real cluster; without it the ServiceAccount
-# admission plugin rejects every pod in the namespace. Errors (such as a 404
-# should the `default` namespace, which an apiserver controller creates, not
-# exist yet) are retried for a while.
-deadline=$((SECONDS + 30))
-while :; do
-	code=$(curl_admin -o "$dir/logs/sa.out" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
-		--data '{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default"}}' \
-		"https://$api_host:$apiserver_port/api/v1/namespaces/default/serviceaccounts" 2>"$dir/logs/sa.err") || true
-	[[ $code == 201 || $code == 409 ]] && break
-	if ((SECONDS >= deadline)); then
-		log "error: creating ServiceAccount default/default failed (HTTP ${code:-none}):"
-		cat "$dir/logs/sa.err" "$dir/logs/sa.out" >&2 2>/dev/null || true
-		exit 1
-	fi
-	sleep 0.5
-done
-rm -f "$dir/logs/sa.out" "$dir/logs/sa.err"
+# Without one the ServiceAccount admission plugin rejects every pod in the
+# namespace. The controller-manager makes it in every namespace; that it has
+# made default/default is also the sign that it runs and reaches the API
+# server. (The `default` namespace itself is made by the API server soon
+# after it is ready.)
+sa_url=https://$api_host:$apiserver_port/api/v1/namespaces/default/serviceaccounts
+if ((with_kcm)); then
+	kubeconfig "$dir/kube-controller-manager.kubeconfig" kube-controller-manager
+	log "starting kube-controller-manager"
+	launch kube-controller-manager
+	kcm_pid=$!
+	deadline=$((SECONDS + ready_timeout))
+	until [[ $(curl_admin -o /dev/null -w '%{http_code}' "$sa_url/default" 2>/dev/null) == 200 ]]; do
+		alive "$kcm_pid" || fail kube-controller-manager "kube-controller-manager exited during startup"
+		((SECONDS < deadline)) || fail kube-controller-manager "kube-controller-manager made no default/default ServiceAccount in ${ready_timeout}s"
+		sleep 0.25
+	done
+	ms=$(((${EPOCHREALTIME//[!0-9]/} - t0) / 1000))
+	log "kube-controller-manager running (it made default/default ServiceAccount), $((ms / 1000)).$((ms % 1000 / 100)) s after starting"
+else
+	# Without a controller-manager, made here. Errors (such as a 404 should
+	# the `default` namespace not exist yet) are retried for a while.
+	deadline=$((SECONDS + 30))
+	while :; do
+		code=$(curl_admin -o "$dir/logs/sa.out" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+			--data '{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default"}}' \
+			"$sa_url" 2>"$dir/logs/sa.err") || true
+		[[ $code == 201 || $code == 409 ]] && break
+		if ((SECONDS >= deadline)); then
+			log "error: creating ServiceAccount default/default failed (HTTP ${code:-none}):"
+			cat "$dir/logs/sa.err" "$dir/logs/sa.out" >&2 2>/dev/null || true
+			exit 1
+		fi
+		sleep 0.5
+	done
+	rm -f "$dir/logs/sa.out" "$dir/logs/sa.err"
+fi
 
 ok=1
 export_line

@@ -337,12 +337,13 @@ async fn node_root_runs_the_resolved_binaries_it_checked() {
         &["--dir", plane.to_str().unwrap()],
         &[("DEMO_CONTROLLER_CACHE", link.to_str().unwrap())],
     );
-    let scripts = ["etcd.sh", "kube-apiserver.sh"].map(|s| std::fs::read_to_string(plane.join(s)).unwrap_or_default());
+    let bins = ["etcd", "kube-apiserver", "kube-controller-manager"];
+    let scripts = bins.map(|b| std::fs::read_to_string(plane.join(format!("{b}.sh"))).unwrap_or_default());
     let down = script("cluster/down.sh", &["--dir", plane.to_str().unwrap()], &[]);
     std::fs::remove_dir_all(&scratch).unwrap();
     assert!(up.status.success(), "{}", stderr(&up));
     assert!(down.status.success(), "{}", stderr(&down));
-    for (text, bin) in scripts.iter().zip(["etcd", "kube-apiserver"]) {
+    for (text, bin) in scripts.iter().zip(bins) {
         assert!(text.contains(&format!("exec {} \\", real.join(bin).display())), "{text}");
         assert!(!text.contains(link.to_str().unwrap()), "{text}");
     }

@@ -74,7 +74,7 @@ iptables -w -t mangle -A POSTROUTING -o "$node_if" -m conntrack ! --ctstate ESTA
 ip6tables -w -t mangle -A POSTROUTING -o "$node_if" -m comment --comment "demo-controller node: only replies to the host" -j DROP
 
 # --- Control plane, its apiserver set up for a kubelet ------------------------------
-LOCAL_CLUSTER_NODE_IP=$node_ip bash "$repo/cluster/up.sh" --dir "$dir/plane" >/dev/null 2>>"$dir/logs/plane.log" ||
+LOCAL_CLUSTER_NODE_IP=$node_ip bash "$repo/cluster/up.sh" --dir "$dir/plane" --no-controller-manager >/dev/null 2>>"$dir/logs/plane.log" ||
 	fail plane "the control plane did not start"
 plane=$dir/plane
 # shellcheck source=/dev/null

@@ -106,7 +106,7 @@ fi
 # Each slow step is one line (step in proc.sh), its output in a log shown
 # only if it fails.
 step "the node's Debian packages (cluster/node/deps.sh)" node-deps bash "$here/deps.sh"
-plane_bin=$(step "kube-apiserver and etcd (built from Go modules once, then cached)" control-plane-build bash "$repo/cluster/build.sh" | tail -n1)
+plane_bin=$(step "kube-apiserver, kube-controller-manager and etcd (built from Go modules once, then cached)" control-plane-build bash "$repo/cluster/build.sh" | tail -n1)
 bin=$(step "kubelet, scheduler, controller-manager, kube-proxy (built once, then cached)" node-build bash "$here/build.sh" | tail -n1)
 imgs=$(step "the node's pause and busybox images (built once, then cached)" node-images bash "$here/images.sh" | tail -n1)
 declare -A use

@@ -51,9 +51,12 @@ pub async fn client_for(kubeconfig: &std::path::Path) -> Client {
     Client::try_from(config).expect("client")
 }
 
-/// A fresh namespace per test (namespaces never finish terminating without a
-/// controller-manager, so names are never reused), with the `default`
-/// ServiceAccount the ServiceAccount admission plugin requires for pods.
+/// A fresh namespace per test (names are never reused: a deleted namespace
+/// is gone only once the controller-manager has emptied it), with the
+/// `default` ServiceAccount the ServiceAccount admission plugin requires for
+/// pods. The controller-manager makes that account too, a moment later: made
+/// here as well, so the test's first pod is never refused, and one it made
+/// first (409 Conflict) is fine.
 pub async fn namespace(client: &Client, prefix: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() % 1_000_000;
@@ -65,10 +68,11 @@ pub async fn namespace(client: &Client, prefix: &str) -> String {
         metadata: ObjectMeta { name: Some("default".into()), ..Default::default() },
         ..Default::default()
     };
-    Api::<ServiceAccount>::namespaced(client.clone(), &name)
-        .create(&PostParams::default(), &sa)
-        .await
-        .expect("create sa");
+    match Api::<ServiceAccount>::namespaced(client.clone(), &name).create(&PostParams::default(), &sa).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("create the default ServiceAccount in {name}: {e}"),
+    }
     name
 }
 
