@@ -301,7 +301,12 @@ impl Controller {
     // ANCHOR: worker
     /// runWorker: process keys until the queue is shut down and drained.
     async fn run_worker(self: Arc<Self>) {
-        while self.process_next_work_item().await {}
+        while self.process_next_work_item().await {
+            // A sync here never waits, so without this the worker would keep
+            // the one thread through a whole backlog: the watch, the resync
+            // and Ctrl-C would wait until the queue is empty.
+            tokio::task::yield_now().await;
+        }
     }
 
     /// processNextWorkItem: take one key, sync it, and tell the queue.
