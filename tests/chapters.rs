@@ -944,7 +944,8 @@ async fn chapter7_status_follows_pods_and_selector_and_a_wrong_status_is_put_rig
             &event,
             &status(db, wrong),
             &event,
-            "received SIGINT: exiting",
+            "received SIGINT: watches stopped, draining the queue (send it again to exit at once)",
+            "shutdown complete",
         ]
     );
     book_output("ch7_pod_summary", &ns, &out);
@@ -986,7 +987,9 @@ async fn chapter7_pitfall_write_twice_gets_a_conflict_and_the_retry_overwrites_n
         assert!(start.elapsed() < T, "no conflict after {written:?}\n{:#?}", output(&ch));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let out = stop(ch, "INT").await;
+    // SIGTERM, as in a pod: it drains and exits 0 (`stop` asserts that), as
+    // chapter 4 does.
+    let out = stop(ch, "TERM").await;
     let (kept, conflicts) = ch7_without_conflicts(&out);
     assert_eq!(
         kept,
@@ -999,7 +1002,8 @@ async fn chapter7_pitfall_write_twice_gets_a_conflict_and_the_retry_overwrites_n
             // Not written again after the conflict: the retry found the status true.
             &format!("status: {ns}/web {running} (was {pending})"),
             &format!("event: Summarized {ns}/web"),
-            "received SIGINT: exiting",
+            "received SIGTERM: watches stopped, draining the queue (send it again to exit at once)",
+            "shutdown complete",
         ],
         "{out:#?}"
     );

@@ -1399,7 +1399,8 @@ fn the_lesson_meets_its_limits() {
     let code_limits = [
         ("examples/ch4_controller.rs", 250, true),
         ("examples/ch6_two_replicas.rs", 160, true),
-        ("examples/ch7_pod_summary.rs", 250, false),
+        // Chapter 7 holds a drain on Ctrl-C and SIGTERM as chapter 4 does, and two caches.
+        ("examples/ch7_pod_summary.rs", 285, false),
     ];
     // Chapter 9's two programs, together.
     let ch9 = ["examples/ch9_reboot_agent.rs", "examples/ch9_reboot_controller.rs"];
