@@ -11,7 +11,8 @@
 //! A PodSummary is a custom resource made from the Rust type below. Its spec
 //! holds a label selector. Its status says how many pods of its namespace the
 //! selector matches, how many are in each phase, and the sum of their
-//! containers' restarts. This program writes that status, and only that.
+//! containers' restarts. This program writes that status, and an Event for
+//! each status it writes; nothing else.
 //!
 //! The shape is chapter 4's, with two caches instead of one:
 //!
