@@ -11,7 +11,7 @@
 //! On its own, in a project of yours (`cargo new`, this file as src/main.rs):
 //!
 //! ```sh
-//! cargo add kube k8s-openapi tokio futures clap -F kube/runtime,k8s-openapi/v1_35,tokio/full,clap/derive
+//! cargo add kube@5 k8s-openapi@0.29 tokio@1 futures@0.3 clap@4 -F kube@5/runtime,k8s-openapi@0.29/v1_35,tokio@1/full,clap@4/derive
 //! ```
 //!
 //! and, in another terminal, create, label and delete a pod:

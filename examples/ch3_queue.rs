@@ -15,7 +15,7 @@
 //! On its own, in a project of yours (`cargo new`, this file as src/main.rs):
 //!
 //! ```sh
-//! cargo add kube k8s-openapi tokio futures clap humantime -F kube/runtime,k8s-openapi/v1_35,tokio/full,clap/derive
+//! cargo add kube@5 k8s-openapi@0.29 tokio@1 futures@0.3 clap@4 humantime@2 -F kube@5/runtime,k8s-openapi@0.29/v1_35,tokio@1/full,clap@4/derive
 //! ```
 //!
 //! An event handler does not do the work. It only puts the pod's key,

@@ -9,7 +9,7 @@
 //! On its own, in a project of yours (`cargo new`, this file as src/main.rs):
 //!
 //! ```sh
-//! cargo add kube k8s-openapi tokio futures clap humantime tokio-util -F kube/runtime,k8s-openapi/v1_35,tokio/full,clap/derive
+//! cargo add kube@5 k8s-openapi@0.29 tokio@1 futures@0.3 clap@4 humantime@2 tokio-util@0.7 -F kube@5/runtime,k8s-openapi@0.29/v1_35,tokio@1/full,clap@4/derive
 //! ```
 //!
 //! Chapters 1 to 3 put together, in the shape of kubernetes/sample-controller
@@ -301,7 +301,12 @@ impl Controller {
     // ANCHOR: worker
     /// runWorker: process keys until the queue is shut down and drained.
     async fn run_worker(self: Arc<Self>) {
-        while self.process_next_work_item().await {}
+        while self.process_next_work_item().await {
+            // A sync here never waits, so without this the worker would keep
+            // the one thread through a whole backlog: the watch, the resync
+            // and Ctrl-C would wait until the queue is empty.
+            tokio::task::yield_now().await;
+        }
     }
 
     /// processNextWorkItem: take one key, sync it, and tell the queue.

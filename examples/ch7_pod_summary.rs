@@ -11,7 +11,8 @@
 //! A PodSummary is a custom resource made from the Rust type below. Its spec
 //! holds a label selector. Its status says how many pods of its namespace the
 //! selector matches, how many are in each phase, and the sum of their
-//! containers' restarts. This program writes that status, and only that.
+//! containers' restarts. This program writes that status, and an Event for
+//! each status it writes; nothing else.
 //!
 //! The shape is chapter 4's, with two caches instead of one:
 //!
@@ -100,9 +101,8 @@ fn key_of(summary: &PodSummary) -> Key {
 }
 
 // ANCHOR: queue
-/// Chapter 3's de-duplicating queue without its shutdown (this program exits
-/// at once on Ctrl-C), plus what a writer needs: a retry of a key after a
-/// backoff that grows with each failure of that key.
+/// Chapter 3's de-duplicating queue, plus what a writer needs: a retry of a
+/// key after a backoff that grows with each failure of that key.
 #[derive(Default)]
 struct Queue {
     state: Mutex<QueueState>,
@@ -119,6 +119,8 @@ struct QueueState {
     processing: HashSet<Key>,
     /// Failures in a row per key, for the backoff.
     failures: HashMap<Key, u32>,
+    /// Set on Ctrl-C or SIGTERM: no key is added any more, not even a retry.
+    shutting_down: bool,
 }
 
 impl QueueState {
@@ -134,23 +136,35 @@ impl QueueState {
 impl Queue {
     fn add(&self, key: Key) {
         let mut state = lock(&self.state);
-        if state.dirty.insert(key.clone()) && !state.processing.contains(&key) {
+        if !state.shutting_down && state.dirty.insert(key.clone()) && !state.processing.contains(&key) {
             state.waiting.push_back(key);
             self.ready.notify_one();
         }
     }
 
-    /// Waits for a key and marks it as being processed. As in chapter 3, the
-    /// wake-up is registered before the look, so none is lost between them.
-    async fn get(&self) -> Key {
+    /// Waits for a key and marks it as being processed; None once the queue
+    /// is shut down and empty. As in chapter 3, the wake-up is registered
+    /// before the look, so none is lost between them.
+    async fn get(&self) -> Option<Key> {
         loop {
             let mut woken = std::pin::pin!(self.ready.notified());
             woken.as_mut().enable();
-            if let Some(key) = lock(&self.state).take() {
-                return key;
+            {
+                let mut state = lock(&self.state);
+                if let Some(key) = state.take() {
+                    return Some(key);
+                } else if state.shutting_down {
+                    return None;
+                }
             }
             woken.await;
         }
+    }
+
+    /// Takes no new key; `get` hands out what is waiting, then None.
+    fn shut_down(&self) {
+        lock(&self.state).shutting_down = true;
+        self.ready.notify_waiters();
     }
 
     /// The worker is finished with `key`; if it was added meanwhile, it waits again.
@@ -189,14 +203,7 @@ struct Controller {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let result = tokio::select! {
-        result = run(Args::parse()) => result,
-        Ok(()) = tokio::signal::ctrl_c() => {
-            println!("received SIGINT: exiting");
-            Ok(())
-        }
-    };
-    if let Err(err) = result {
+    if let Err(err) = run(Args::parse()).await {
         eprintln!("error: {err}");
         return ExitCode::FAILURE;
     }
@@ -205,12 +212,14 @@ async fn main() -> ExitCode {
 
 // ANCHOR: run
 /// Starts both informers, waits until both caches hold their first list,
-/// then starts the workers.
+/// then starts the workers. On Ctrl-C or SIGTERM it shuts down as chapter 4
+/// does: the watches first, then the queue, which the workers drain.
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if args.print_crd {
         print!("{}", serde_saphyr::to_string(&PodSummary::crd())?);
         return Ok(());
     }
+    let mut signals = Signals::new()?;
     let client = Client::try_default().await?;
     let (pod_api, summary_api) = match &args.namespace {
         Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client.clone(), ns)),
@@ -223,17 +232,52 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("chapter 7: PodSummary status from the pods it selects: two caches -> queue -> workers -> status");
 
     let (c, d) = (ctl.clone(), ctl.clone());
-    tokio::spawn(informer(pod_api, pod_writer, move |event| c.handle_pod(event)));
-    tokio::spawn(informer(summary_api, summary_writer, move |event| d.handle_summary(event)));
+    let watches = [
+        tokio::spawn(informer(pod_api, pod_writer, move |event| c.handle_pod(event))),
+        tokio::spawn(informer(summary_api, summary_writer, move |event| d.handle_summary(event))),
+    ];
     // Nothing is computed before both caches hold their first list: a sync
     // that ran with an empty pod cache would write `matched=0` for every
     // summary: a classic bug of controllers.
     println!("waiting for both caches to sync");
-    tokio::try_join!(ctl.pods.wait_until_ready(), ctl.summaries.wait_until_ready())?;
+    tokio::select! {
+        synced = async { tokio::try_join!(ctl.pods.wait_until_ready(), ctl.summaries.wait_until_ready()) } => synced?,
+        name = signals.next() => {
+            println!("received {name}: exiting before the caches synced");
+            return Ok(());
+        }
+    };
     println!("caches synced (pods: {}, podsummaries: {})", ctl.pods.len(), ctl.summaries.len());
     // Two workers, so that the queue's rule "one key, one worker at a time" matters.
-    try_join_all((0..2).map(|_| tokio::spawn(ctl.clone().run_worker()))).await?;
+    let workers = try_join_all((0..2).map(|_| tokio::spawn(ctl.clone().run_worker())));
+    let name = signals.next().await;
+    watches.iter().for_each(|watch| watch.abort());
+    println!("received {name}: watches stopped, draining the queue (send it again to exit at once)");
+    ctl.queue.shut_down();
+    tokio::select! {
+        drained = workers => drained.map(|_| println!("shutdown complete"))?,
+        name = signals.next() => println!("received {name} again: exiting at once"),
+    }
     Ok(())
+}
+
+/// Ctrl-C (SIGINT) and SIGTERM, the signals that stop a program in a terminal
+/// and in a pod.
+struct Signals(tokio::signal::unix::Signal, tokio::signal::unix::Signal);
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals(signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?))
+    }
+
+    /// Waits for the next one and says which it was.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.0.recv() => "SIGINT",
+            _ = self.1.recv() => "SIGTERM",
+        }
+    }
 }
 // ANCHOR_END: run
 
@@ -286,8 +330,7 @@ impl Controller {
 
     // ANCHOR: worker
     async fn run_worker(self: Arc<Self>) {
-        loop {
-            let key = self.queue.get().await;
+        while let Some(key) = self.queue.get().await {
             match self.sync(&key).await {
                 Ok(()) => self.queue.forget(&key),
                 Err(err) => {

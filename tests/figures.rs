@@ -1167,24 +1167,24 @@ fn render_measured(measured: Option<Measured>) -> String {
     out
 }
 
-/// README.md: the first read's total, from the same count, and the timed reading.
+/// README.md: the first read's total, from the same count, and how it is
+/// counted. A timed reading is shown only when a person read: a reader whose
+/// record says what its minutes are worth (`pace`) is not one.
 fn readme_reading() -> String {
     let minutes = chapter_minutes();
     let first: usize = minutes.iter().map(|(_, page, _)| page).sum();
     let second: usize = minutes.iter().map(|(_, _, program)| program).sum();
     let measured = match measured_reading() {
-        Some(m) => format!(
-            "Timed: {} took **{} min**, runs and exercises included ({}, `{READING_RECORD}`){}.\n",
-            m.reader,
-            m.total,
-            m.date,
-            if m.pace.is_some() { "; a person reads slower" } else { "" }
+        Some(m) if m.pace.is_none() => format!(
+            "Timed: {} took **{} min**, runs and exercises included ({}, `{READING_RECORD}`).\n",
+            m.reader, m.total, m.date
         ),
-        None => format!("Timed with a fresh reader: not yet measured (`{READING_RECORD}`).\n"),
+        _ => format!("No person's reading has been timed yet (`{READING_RECORD}`).\n"),
     };
     format!(
-        "Chapters 1 to 4 take **{first} min** on a first read, and their whole programs {second} min more, counted\n\
-         from their words by `tests/figures.rs` at the rates [the introduction](book/src/introduction.md) states.\n\
+        "Chapters 1 to 4 take **{first} min** on a first read, and their whole programs {second} min more,\n\
+         counted from their words, not timed: `tests/figures.rs` counts prose and comments at {PROSE_WORDS_PER_MINUTE} words a\n\
+         minute, code and output at {CODE_LINES_PER_MINUTE} lines a minute (see [the introduction](book/src/introduction.md)).\n\
          {measured}"
     )
 }
@@ -1405,7 +1405,8 @@ fn the_lesson_meets_its_limits() {
     let code_limits = [
         ("examples/ch4_controller.rs", 250, true),
         ("examples/ch6_two_replicas.rs", 160, true),
-        ("examples/ch7_pod_summary.rs", 250, false),
+        // Chapter 7 holds a drain on Ctrl-C and SIGTERM as chapter 4 does, and two caches.
+        ("examples/ch7_pod_summary.rs", 285, false),
         ("examples/ch8_secret_copier.rs", 300, false),
     ];
     // A program's unit tests (its `#[cfg(test)]` module, chapter 8's) are
