@@ -9,8 +9,8 @@
 # Tests that need the control plane are marked #[ignore] with the reason
 # "needs the local control plane: run `make test`", so a bare `cargo test`
 # reports them as not run; here they run, with --include-ignored. So does
-# tests/fresh_chapters.rs, ignored as it needs the network: it builds a
-# chapter in a fresh project from its page's `cargo add` line (crates.io).
+# tests/fresh_chapters.rs, ignored as it needs the network: it builds
+# chapters 1 to 4 and 8 in fresh projects from each page's `cargo add` line (crates.io).
 #
 # Usage: cluster/test.sh [test name filters and libtest flags, e.g. --nocapture]
 # NODE=skip (make test NODE=skip) leaves the node tests out, even as root, and

@@ -64,18 +64,34 @@ fn builds_from_its_page(page: &str, example: &str, name: &str) {
     cargo(&project, &["check".into(), "--all-targets".into()]);
 }
 
+/// Each chapter whose page shows a `cargo add` line: the page, and the
+/// program a reader puts in src/main.rs.
+const CHAPTERS: [(&str, &str, &str); 5] = [
+    ("book/src/ch1-watch.md", "examples/ch1_watch.rs", "ch1"),
+    ("book/src/ch2-cache.md", "examples/ch2_cache.rs", "ch2"),
+    ("book/src/ch3-queue.md", "examples/ch3_queue.rs", "ch3"),
+    ("book/src/ch4-controller.md", "examples/ch4_controller.rs", "ch4"),
+    ("book/src/ch8-secret-copier.md", "examples/ch8_secret_copier.rs", "ch8"),
+];
+
 #[test]
-fn chapter8s_cargo_add_line_pins_a_version_of_each_crate() {
-    let words = cargo_add_line("book/src/ch8-secret-copier.md");
-    let crates: Vec<&String> = words.iter().skip(1).take_while(|w| !w.starts_with('-')).collect();
-    assert!(!crates.is_empty(), "{words:?}");
-    for c in crates {
-        assert!(c.contains('@'), "ch8-secret-copier.md: `{c}` in its cargo add line pins no version: {words:?}");
+fn every_cargo_add_line_pins_a_version_of_each_crate() {
+    for (page, _, _) in CHAPTERS {
+        let words = cargo_add_line(page);
+        let crates: Vec<&String> = words.iter().skip(1).take_while(|w| !w.starts_with('-')).collect();
+        assert!(!crates.is_empty(), "{page}: {words:?}");
+        for c in crates {
+            assert!(c.contains('@'), "{page}: `{c}` in its cargo add line pins no version: {words:?}");
+        }
     }
 }
 
+/// One test, the chapters one after another: they share the workspace in
+/// target/fresh-chapters, which each `cargo new` edits.
 #[test]
 #[ignore = "needs the network (crates.io) for a fresh project's cargo add: run `make test`"]
-fn chapter8_builds_from_its_pages_cargo_add_line_in_a_fresh_project() {
-    builds_from_its_page("book/src/ch8-secret-copier.md", "examples/ch8_secret_copier.rs", "ch8");
+fn every_chapter_builds_from_its_pages_cargo_add_line_in_a_fresh_project() {
+    for (page, example, name) in CHAPTERS {
+        builds_from_its_page(page, example, name);
+    }
 }
