@@ -47,7 +47,7 @@ struct Args {
     /// Watch pods in this namespace only [default: all namespaces]
     #[arg(short, long)]
     namespace: Option<String>,
-    /// Queue every cached key again this often. It re-reads the cache and never asks the server
+    /// Queue every cached key again this often (0: never). It re-reads the cache and never asks the server
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     resync: Duration,
     /// Pods per LIST page (a list of more pods arrives in several pages)
@@ -287,6 +287,9 @@ impl Controller {
     /// the outside world can drift or fail; for this logger an unchanged pod
     /// logs nothing.
     async fn resync(self: Arc<Self>, period: Duration, stop: CancellationToken) {
+        if period.is_zero() {
+            return; // `--resync 0`: no resync, as a resync period of 0 means in client-go
+        }
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         while stop.run_until_cancelled(ticker.tick()).await.is_some() {
             let pods = self.store.state();

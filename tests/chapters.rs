@@ -358,6 +358,22 @@ async fn chapter4_resync_requeues_from_the_cache_and_an_unchanged_pod_logs_nothi
     assert_resyncs_then_stop(&out, &expected, |_| false);
 }
 
+/// `--resync 0` turns the resync off, as a period of 0 does in client-go
+/// (a zero period would make tokio's interval panic).
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn chapter4_resync_0_turns_the_resync_off() {
+    let c = cluster().await;
+    let ns = namespace(&c.client, "ch4-no-resync").await;
+    create(&c.client, &ns, "old", &[]).await;
+    let ch = start("ch4_controller", &c, &["-n", &ns, "--resync", "0s"]);
+    wait_line(&ch, &format!("onAdd: {ns}/old"), 1).await;
+    let mut expected = ch4_start(1);
+    expected.push(format!("onAdd: {ns}/old"));
+    expected.extend(ch4_stop());
+    assert_eq!(stop(ch, "TERM").await, expected);
+}
+
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn chapter4_pitfall_log_every_resync_logs_an_update_for_an_unchanged_pod() {
