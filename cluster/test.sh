@@ -90,7 +90,12 @@ export DEMO_CONTROLLER_TEST_CLUSTER=$dir
 # The workspace's default members: the program and crates/kube-pod-protobuf
 # (Cargo.toml), so the reader's own tests run here too, and name filters
 # (checked above against the same list) may name them.
-cargo test --locked -- --include-ignored --skip node_ "$@"
+# The chapters' tests run the examples' own binaries (target/debug/examples/):
+# `cargo test` builds an example with `test = true` in Cargo.toml (chapter 8,
+# for its unit tests) only as a test, so the binaries are built here first.
+cargo build --locked --examples
+# --no-fail-fast: every test binary runs, so one run shows every failure.
+cargo test --locked --no-fail-fast -- --include-ignored --skip node_ "$@"
 # The tests above read pods in protobuf (the default --wire). Those that
 # exercise the watch (relists after 410, restarts under churn, deletes missed
 # while away, by a standby that then leads too, selector exits, every e2e
