@@ -300,7 +300,7 @@ async fn killed_mid_reboot(c: &Cluster, nodes: &Nodes) -> Vec<String> {
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
-async fn an_agent_killed_mid_reboot_runs_the_command_again_when_the_node_did_not_reboot() {
+async fn an_agent_killed_mid_reboot_runs_the_command_again_when_the_machine_did_not_reboot() {
     let c = cluster().await;
     let nodes = Nodes::new(&c, "killed").await;
     nodes.make("1", true, &[NOW]).await;
@@ -333,7 +333,7 @@ async fn an_agent_killed_mid_reboot_runs_the_command_again_when_the_node_did_not
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
-async fn an_agent_killed_mid_reboot_waits_for_ready_when_the_node_rebooted() {
+async fn an_agent_killed_mid_reboot_waits_for_ready_when_the_machine_rebooted() {
     let c = cluster().await;
     let nodes = Nodes::new(&c, "rebooted").await;
     nodes.make("1", true, &[NOW]).await;
@@ -358,7 +358,7 @@ async fn an_agent_killed_mid_reboot_waits_for_ready_when_the_node_rebooted() {
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
-async fn an_agent_started_after_its_node_rebooted_and_is_ready_again_removes_reboot_in_progress() {
+async fn an_agent_started_after_its_machine_rebooted_and_is_ready_again_removes_reboot_in_progress() {
     let c = cluster().await;
     let nodes = Nodes::new(&c, "back").await;
     nodes.make("1", true, &[]).await;
@@ -381,7 +381,7 @@ async fn an_agent_started_after_its_node_rebooted_and_is_ready_again_removes_reb
 
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
-async fn a_node_not_ready_on_its_own_counts_as_unavailable() {
+async fn nodes_not_ready_on_their_own_count_as_unavailable() {
     let c = cluster().await;
     let nodes = Nodes::new(&c, "notready").await;
     let watch = Watch::start(&nodes).await;
@@ -617,7 +617,7 @@ fn object<'a>(objects: &'a [serde_json::Value], kind: &str, name: &str) -> &'a s
 }
 
 #[test]
-fn the_manifest_runs_one_agent_per_node_one_controller_and_grants_the_least() {
+fn the_manifest_grants_the_least_and_runs_one_controller_and_an_agent_per_node() {
     let objects = ch9_manifest();
     let agent = &object(&objects, "DaemonSet", "reboot-agent")["spec"]["template"]["spec"];
     let env = &agent["containers"][0]["env"];
@@ -655,7 +655,7 @@ async fn the_manifest_is_accepted_by_the_api_server() {
 }
 
 #[test]
-fn a_missing_node_or_a_maximum_of_zero_is_one_clear_error_and_exit_2() {
+fn one_clear_error_and_exit_2_for_a_maximum_of_zero_or_a_missing_node() {
     let out = Command::new(chapter_bin("ch9_reboot_agent")).env_remove("NODE_NAME").output().expect("run the agent");
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -677,7 +677,7 @@ fn a_missing_node_or_a_maximum_of_zero_is_one_clear_error_and_exit_2() {
 /// every Node, and the shared one holds the other tests' nodes.
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
-async fn make_chapter_9_runs_an_agent_per_node_and_a_printed_line_reboots_a_node() {
+async fn make_chapter_9_runs_agents_and_the_controller_and_a_printed_line_reboots_a_node() {
     use std::io::{BufRead, BufReader};
     use std::os::unix::process::CommandExt;
     let plane = Plane::start("ch9-make-chapter").await;

@@ -225,7 +225,7 @@ fn refused_node_dirs() -> Vec<PathBuf> {
 /// with CONTEXT= named, a NODE_DIR left by someone else (a root run's, for
 /// a user) is not looked at; with none named, it is refused in one line.
 #[test]
-fn the_node_directory_is_guarded_only_when_the_node_is_the_target() {
+fn the_local_nodes_directory_is_guarded_only_when_it_is_the_target() {
     let c = Clusters::start("deploy-node-dir");
     let kc = c.kubeconfig.to_str().unwrap();
     for dir in refused_node_dirs() {
