@@ -15,9 +15,10 @@
 //! same name is another object, and its copies are new ones.
 //!
 //! The decision is a pure function, `plan`: from the source, the namespaces
-//! that ask for copies and the copies of the source's name, all read from
-//! caches, it says what to create, update and delete. Everything around it is thin I/O. So the decision is tested
-//! without a cluster (`cargo test --example ch8_secret_copier`).
+//! that ask for copies and the copies of the source's name, it says what to
+//! create, update and delete. Everything around it is thin I/O. So the
+//! decision is tested without a cluster
+//! (`cargo test --example ch8_secret_copier`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::{fmt::Debug, process::ExitCode, sync::Arc, sync::Mutex, time::Duration};
@@ -26,7 +27,7 @@ use clap::{Parser, ValueEnum};
 use futures::stream::{BoxStream, iter};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -246,15 +247,23 @@ fn error_policy(source: Arc<Secret>, err: &finalizer::Error<kube::Error>, ctx: A
 
 // ANCHOR: sync
 /// Reads the namespaces that ask for copies and the copies of the source's
-/// name from the caches, asks `plan`, and carries out each step.
+/// name (from the caches; for clean-up, from the server), asks `plan`, and
+/// carries out each step.
 async fn sync(source: &Secret, wanted: bool, ctx: &Context) -> Result<Action, kube::Error> {
     let name = source.name_any();
     // A cache holds no order: sorted by namespace, the same world gives the
     // same steps in the same order.
     let mut namespaces: Vec<Namespace> = ctx.namespaces.state().iter().map(|n| (**n).clone()).collect();
     namespaces.sort_by_key(|n| n.name_any());
-    let mut copies: Vec<Secret> =
-        ctx.copies.state().iter().filter(|c| c.name_any() == name).map(|c| (**c).clone()).collect();
+    let mut copies: Vec<Secret> = if wanted {
+        ctx.copies.state().iter().filter(|c| c.name_any() == name).map(|c| (**c).clone()).collect()
+    } else {
+        // Clean-up asks the server, not the cache: a copy made moments ago
+        // may not be in the cache yet, and once our finalizer is gone, no
+        // event would bring this source back to delete that copy.
+        let ours = ListParams::default().labels(COPY_OF).fields(&format!("metadata.name={name}"));
+        Api::<Secret>::all(ctx.client.clone()).list(&ours).await?.items
+    };
     copies.sort_by_key(|c| c.namespace());
     let uid = source.uid().unwrap_or_default();
     for step in plan(&ctx.namespace, source, wanted, &namespaces, &copies) {
@@ -348,19 +357,13 @@ fn copy_of(source: &Secret, ns: &str, ctx: &Context) -> Secret {
 }
 
 // ANCHOR: plan
-/// One thing to do about one namespace.
+/// One thing to do about one namespace. `Update` makes the copy equal its
+/// source again, removing the keys it should not have.
 #[derive(Debug, PartialEq)]
 enum Step {
     Create(String),
-    /// Make the copy equal its source again, removing the keys it should not have.
-    Update {
-        namespace: String,
-        remove: Vec<String>,
-    },
-    Delete {
-        namespace: String,
-        why: &'static str,
-    },
+    Update { namespace: String, remove: Vec<String> },
+    Delete { namespace: String, why: &'static str },
     Terminating(String),
 }
 
