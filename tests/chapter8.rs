@@ -61,8 +61,13 @@ impl World {
     }
 
     fn start(&self, args: &[&str]) -> Logger {
+        self.start_as(&self.c.kubeconfig, args)
+    }
+
+    /// Starts it with the credentials of `kubeconfig`.
+    fn start_as(&self, kubeconfig: &std::path::Path, args: &[&str]) -> Logger {
         let mut cmd = Command::new(chapter_bin());
-        cmd.args(["-n", &self.src]).args(args).env("KUBECONFIG", &self.c.kubeconfig).env_remove("RUST_LOG");
+        cmd.args(["-n", &self.src]).args(args).env("KUBECONFIG", kubeconfig).env_remove("RUST_LOG");
         Logger::spawn(cmd, &[])
     }
 
@@ -546,4 +551,53 @@ async fn chapter8_a_namespace_deleted_outright_costs_one_line_and_no_error() {
             "put right B/db (copy of SRC/db)",
         ])
     );
+}
+
+/// The RBAC of examples/ch8-secret-copier.yaml is enough for everything the
+/// copier does: run with its ServiceAccount's token, it makes a copy, leaves
+/// someone else's Secret alone, puts a copy right, and cleans up, and no
+/// request is refused.
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn chapter8_runs_with_the_rbac_of_its_manifest() {
+    let w = World::new().await;
+    let text = std::fs::read_to_string(repo().join("examples/ch8-secret-copier.yaml")).expect("the manifest");
+    let objects: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).expect("the manifest parses");
+    for object in objects.iter().filter(|o| o["kind"] != "Deployment") {
+        apply(&w.c.client, object, false).await.unwrap_or_else(|e| panic!("apply {}: {e}", object["kind"]));
+    }
+    let token = token(&w.c.client, "secret-copier", "secret-copier").await;
+    let kubeconfig = token_kubeconfig(&w.c.dir, &format!("secret-copier-{}", w.name), &token);
+    w.asks(&w.a, Some("true")).await;
+    w.asks(&w.b, Some("true")).await;
+    let theirs = secret(&w.name, Default::default(), &[("password", "theirs")]);
+    w.secrets(&w.b).create(&PostParams::default(), &theirs).await.expect("their secret");
+    w.source(&[("password", "s3cret")]).await;
+    let ch = w.start_as(&kubeconfig, &[]);
+    w.wait_line(&ch, "created A/db (copy of SRC/db)", 1).await;
+    w.set_data(&w.src, json!({"password": b64("new")})).await;
+    w.wait_line(&ch, "put right A/db (copy of SRC/db)", 1).await;
+    let unlabel = json!({"metadata": {"labels": {"demo.example.com/copy": null}}});
+    w.secrets(&w.src).patch(&w.name, &PatchParams::default(), &Patch::Merge(&unlabel)).await.expect("unlabel");
+    w.wait_line(&ch, "deleted A/db (its source no longer asks for copies)", 1).await;
+    let start = Instant::now();
+    while !w.finalizers().await.is_empty() {
+        assert!(start.elapsed() < T, "the finalizer stayed: {:?}", w.finalizers().await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut out = w.stop(ch).await;
+    let left = "left alone: B/db is a Secret this program did not make";
+    assert_eq!(out.iter().filter(|l| *l == left).count(), 1, "{out:#?}");
+    out.retain(|l| l != left);
+    assert_eq!(
+        out,
+        with_stop(&[
+            BANNER,
+            "created A/db (copy of SRC/db)",
+            "put right A/db (copy of SRC/db)",
+            "source SRC/db no longer asks for copies: deleting its copies and its finalizer",
+            "deleted A/db (its source no longer asks for copies)",
+        ])
+    );
+    assert_eq!(w.copy(&w.b).await, Some((pairs(&[("password", "theirs")]), String::new())));
 }

@@ -1028,3 +1028,64 @@ async fn chapter7_pitfall_write_twice_gets_a_conflict_and_the_retry_overwrites_n
     assert!(conflicts >= 2, "{out:#?}");
     assert_eq!(out[5], conflict, "{out:#?}");
 }
+
+/// The `rules:` block under the heading `## What it may do: RBAC` of a
+/// chapter's page, as the reader copies it.
+fn page_rbac_rules(page: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(repo().join(page)).expect("read the page");
+    let section = text.split_once("## What it may do: RBAC").map(|(_, s)| s).expect("the page has an RBAC section");
+    let block = section.split_once("```yaml\n").and_then(|(_, s)| s.split_once("```")).expect("a yaml block").0;
+    let rules: serde_json::Value = serde_saphyr::from_str(block).expect("the page's RBAC block parses");
+    assert!(rules["rules"].is_array(), "{page}: the RBAC block holds no rules:\n{block}");
+    rules["rules"].clone()
+}
+
+/// The permissions chapter 7's page lists are enough: run as a
+/// ServiceAccount granted exactly those (a Role in its namespace, as the
+/// page says for `-n`), it syncs, writes the status and records the Event,
+/// and nothing is refused.
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn chapter7_runs_with_exactly_the_rbac_its_page_shows() {
+    let c = cluster().await;
+    ch7_crd(&c).await;
+    let ns = namespace(&c.client, "ch7rbac").await;
+    create(&c.client, &ns, "web-1", &[("app", "web")]).await;
+    ch7_summary(&c, &ns, "web", "web").await;
+    service_account(&c.client, &ns, "ch7").await;
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "ch7", "namespace": ns},
+        "rules": page_rbac_rules("book/src/ch7-pod-summary.md"),
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "ch7", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ch7"},
+        "subjects": [{"kind": "ServiceAccount", "name": "ch7", "namespace": ns}],
+    });
+    apply(&c.client, &role, false).await.expect("the page's rules as a Role");
+    apply(&c.client, &binding, false).await.expect("its RoleBinding");
+    let kubeconfig = token_kubeconfig(&c.dir, &format!("ch7-{ns}"), &token(&c.client, &ns, "ch7").await);
+    let mut cmd = Command::new(chapter_bin("ch7_pod_summary"));
+    cmd.args(["-n", &ns]).env("KUBECONFIG", &kubeconfig).env_remove("RUST_LOG");
+    let ch = Logger::spawn(cmd, &[]);
+    let event = format!("event: Summarized {ns}/web");
+    wait_line(&ch, &event, 1).await;
+    let out = stop(ch, "INT").await;
+    let (out, _) = ch7_without_conflicts(&out);
+    let pending = "matched=1 phases={Pending: 1} restarts=0 observedGeneration=1";
+    assert_eq!(
+        out,
+        [
+            "chapter 7: PodSummary status from the pods it selects: two caches -> queue -> workers -> status",
+            "waiting for both caches to sync",
+            "caches synced (pods: 1, podsummaries: 1)",
+            &format!("status: {ns}/web {pending} (was no status)"),
+            &event,
+            "received SIGINT: watches stopped, draining the queue (send it again to exit at once)",
+            "shutdown complete",
+        ]
+    );
+    assert_eq!(ch7_event_notes(&c, &ns, "web").await, [pending]);
+}
