@@ -11,8 +11,9 @@
 //! A PodSummary is a custom resource made from the Rust type below. Its spec
 //! holds a label selector. Its status says how many pods of its namespace the
 //! selector matches, how many are in each phase, and the sum of their
-//! containers' restarts. This program writes that status, and an Event for
-//! each status it writes; nothing else.
+//! containers' restarts. This program writes that status, an Event for each
+//! status it writes, and a Warning Event for a selector it cannot read;
+//! nothing else.
 //!
 //! The shape is chapter 4's, with two caches instead of one:
 //!
@@ -199,15 +200,15 @@ struct Controller {
     client: Client,
     reporter: Reporter,
     pitfall: Option<Pitfall>,
+    /// The bad selectors said already, as `key generation`.
+    warned: Mutex<HashSet<String>>,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    if let Err(err) = run(Args::parse()).await {
-        eprintln!("error: {err}");
-        return ExitCode::FAILURE;
-    }
-    ExitCode::SUCCESS
+    let Err(err) = run(Args::parse()).await else { return ExitCode::SUCCESS };
+    eprintln!("error: {err}");
+    ExitCode::FAILURE
 }
 
 // ANCHOR: run
@@ -228,7 +229,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let (pods, pod_writer) = reflector::store();
     let (summaries, summary_writer) = reflector::store();
     let reporter = Reporter { controller: "ch7-pod-summary".into(), instance: None };
-    let ctl = Arc::new(Controller { pods, summaries, queue: Arc::default(), client, reporter, pitfall: args.pitfall });
+    let (queue, pitfall, warned) = (Arc::default(), args.pitfall, Mutex::default());
+    let ctl = Arc::new(Controller { pods, summaries, queue, client, reporter, pitfall, warned });
     println!("chapter 7: PodSummary status from the pods it selects: two caches -> queue -> workers -> status");
 
     let (c, d) = (ctl.clone(), ctl.clone());
@@ -359,9 +361,9 @@ impl Controller {
         let Some(cached) = self.summaries.get(&ObjectRef::new(name).within(namespace)) else {
             return Ok(()); // deleted
         };
-        let selector = Selector::try_from(cached.spec.selector.clone());
-        let Ok(selector) = selector.inspect_err(|err| println!("bad selector: {key}: {err}")) else {
-            return Ok(()); // a retry would fail the same way; a fixed spec queues the key again
+        let selector = match Selector::try_from(cached.spec.selector.clone()) {
+            Ok(selector) => selector,
+            Err(err) => return self.bad_selector(&cached, err.to_string()).await,
         };
         let mut status =
             PodSummaryStatus { observed_generation: cached.metadata.generation.unwrap_or(0), ..Default::default() };
@@ -385,7 +387,7 @@ impl Controller {
         let api: Api<PodSummary> = Api::namespaced(self.client.clone(), namespace);
         api.replace_status(name, &PostParams::default(), &summary).await?;
         println!("status: {key} {status} (was {was})");
-        self.record(&cached, &status).await;
+        self.record(&cached, EventType::Normal, "Summarized", status.to_string()).await;
         if self.pitfall == Some(Pitfall::WriteTwice) {
             api.replace_status(name, &PostParams::default(), &summary).await?;
         }
@@ -400,19 +402,29 @@ impl Controller {
     /// `Recorder` merges the Events of one reason on one object, six minutes
     /// long, into the first (a series with a count: the later notes are
     /// lost), so each write gets a new one, as kube's docs advise: one per sync.
-    async fn record(&self, summary: &PodSummary, status: &PodSummaryStatus) {
-        let event = events::Event {
-            type_: EventType::Normal,
-            reason: "Summarized".into(),
-            note: Some(status.to_string()),
-            action: "UpdateStatus".into(),
-            secondary: None,
-        };
+    async fn record(&self, summary: &PodSummary, type_: EventType, reason: &str, note: String) {
+        let (reason, note, action) = (reason.into(), Some(note), "UpdateStatus".into());
+        let event = events::Event { type_, reason, note, action, secondary: None };
         let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
         match recorder.publish(&event, &summary.object_ref(&())).await {
-            Ok(()) => println!("event: Summarized {}", key_of(summary)),
+            Ok(()) => println!("event: {} {}", event.reason, key_of(summary)),
             Err(err) => println!("event failed: {}: {err}", key_of(summary)),
         }
+    }
+
+    /// A selector the program cannot read (an unknown operator, `In` with no
+    /// values) is the user's to fix: a line and a Warning Event that
+    /// `kubectl describe` shows, once per generation of the spec (every pod
+    /// change of the namespace queues this summary again). The status is left
+    /// as it was: its observedGeneration, behind the spec's, tells a reader
+    /// that it was not computed from this spec. No retry (`Ok`): it would
+    /// fail the same way, and a fixed spec queues the key again.
+    async fn bad_selector(&self, summary: &PodSummary, err: String) -> Result<(), kube::Error> {
+        if lock(&self.warned).insert(format!("{} {:?}", key_of(summary), summary.metadata.generation)) {
+            println!("bad selector: {}: {err}", key_of(summary));
+            self.record(summary, EventType::Warning, "BadSelector", err).await;
+        }
+        Ok(())
     }
     // ANCHOR_END: record
 }

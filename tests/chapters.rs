@@ -1089,3 +1089,62 @@ async fn chapter7_runs_with_exactly_the_rbac_its_page_shows() {
     );
     assert_eq!(ch7_event_notes(&c, &ns, "web").await, [pending]);
 }
+
+/// A selector chapter 7 cannot read is said once per generation of the spec,
+/// as a line and a Warning Event, however often the summary is queued again;
+/// once fixed, the status is written.
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn chapter7_a_bad_selector_is_a_warning_event_once_per_spec() {
+    let c = cluster().await;
+    ch7_crd(&c).await;
+    let ns = namespace(&c.client, "ch7bad").await;
+    create(&c.client, &ns, "web-1", &[("app", "web")]).await;
+    ch7_summary(&c, &ns, "good", "web").await;
+    let bad = json!({
+        "apiVersion": "demo.example.com/v1alpha1", "kind": "PodSummary",
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"matchExpressions": [{"key": "app", "operator": "Is", "values": ["web"]}]}},
+    });
+    let bad = serde_json::from_value(bad).unwrap();
+    ch7_summaries(&c, &ns).create(&kube::api::PostParams::default(), &bad).await.expect("the bad summary");
+    let ch = start("ch7_pod_summary", &c, &["-n", &ns]);
+    wait_line(&ch, &format!("event: BadSelector {ns}/web"), 1).await;
+    // A pod change queues every summary of the namespace, the bad one too.
+    create(&c.client, &ns, "web-2", &[("app", "web")]).await;
+    let two = "matched=2 phases={Pending: 2} restarts=0";
+    let one = "matched=1 phases={Pending: 1} restarts=0";
+    let good_now = format!("status: {ns}/good {two} observedGeneration=1 (was {one} observedGeneration=1)");
+    wait_line(&ch, &good_now, 1).await;
+    // The drain runs every sync still queued: the bad summary's sync after
+    // the pod change has run by the end, and said nothing.
+    let out = stop(ch, "INT").await;
+    let (out, _) = ch7_without_conflicts(&out);
+    let of = |out: &[String], name: &str| -> Vec<String> {
+        out.iter().filter(|l| l.contains(&format!("{ns}/{name}"))).cloned().collect()
+    };
+    let error = "failed to parse value as expression: Invalid expression operator";
+    assert_eq!(of(&out, "web"), [format!("bad selector: {ns}/web: {error}"), format!("event: BadSelector {ns}/web")]);
+    let summarized = format!("event: Summarized {ns}/good");
+    let good_first = format!("status: {ns}/good {one} observedGeneration=1 (was no status)");
+    assert_eq!(of(&out, "good"), [good_first, summarized.clone(), good_now, summarized]);
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(c.client.clone(), &ns);
+    let list = events.list(&kube::api::ListParams::default()).await.expect("list events");
+    let warnings: Vec<(String, Option<String>)> = list
+        .items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .map(|e| (e.reason.unwrap_or_default(), e.note))
+        .collect();
+    assert_eq!(warnings, [("BadSelector".to_string(), Some(error.to_string()))]);
+
+    // The selector fixed (a new generation): its status is written.
+    let fix = json!({"spec": {"selector": {"matchExpressions": null, "matchLabels": {"app": "web"}}}});
+    ch7_summaries(&c, &ns).patch("web", &PatchParams::default(), &Patch::Merge(&fix)).await.expect("fix");
+    let ch = start("ch7_pod_summary", &c, &["-n", &ns]);
+    wait_line(&ch, &format!("event: Summarized {ns}/web"), 1).await;
+    let out = stop(ch, "INT").await;
+    let (out, _) = ch7_without_conflicts(&out);
+    let web = format!("status: {ns}/web {two} observedGeneration=2 (was no status)");
+    assert_eq!(of(&out, "web"), [web, format!("event: Summarized {ns}/web")]);
+}
