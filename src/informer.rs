@@ -1076,7 +1076,7 @@ pub(crate) mod tests {
     #[test]
     fn errors_that_send_the_watcher_back_to_empty_are_known() {
         let api = |code: u16| kube::Error::Api(kube::core::Status { code, ..Default::default() }.boxed());
-        let refused = crate::wire::refused_frame;
+        let refused = crate::wire::tests::refused_frame;
         // Whatever the mode: a watch event without a resourceVersion, a
         // failed page, a 410, a refused protobuf frame.
         for streaming in [false, true] {

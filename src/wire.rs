@@ -120,12 +120,6 @@ pub fn refused(error: &watcher::Error) -> bool {
     protobuf::refused(error)
 }
 
-/// A frame the protobuf reader refused, as its watcher reports it.
-#[cfg(test)]
-pub fn refused_frame() -> kube::Error {
-    protobuf::read_error(WireError::FrameTooLarge { offset: 0, len: 1 << 30 })
-}
-
 fn lowercase_first(text: &str) -> String {
     let mut chars = text.chars();
     chars.next().map(|c| c.to_lowercase().chain(chars).collect()).unwrap_or_default()
@@ -284,4 +278,4 @@ fn state_of(s: StateMsg) -> State {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -629,6 +629,31 @@ fn tour_count() -> String {
     )
 }
 
+/// The tour's count stops at a file's first `#[cfg(test)]`: so that must be
+/// its test module, or the count leaves out the code after a test-only item.
+#[test]
+fn the_tour_counts_each_file_up_to_its_test_module() {
+    let mut files = Vec::new();
+    files_ending(&repo().join("src"), "rs", &mut files);
+    for krate in std::fs::read_dir(repo().join("crates")).into_iter().flatten().flatten() {
+        files_ending(&krate.path().join("src"), "rs", &mut files);
+    }
+    let early: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let text = std::fs::read_to_string(f).ok()?;
+            let (_, after) = text.split_once("\n#[cfg(test)]\n")?;
+            let next = after.lines().next().unwrap_or_default();
+            (!next.contains("mod ")).then(|| format!("{}: `{next}`", f.strip_prefix(repo()).unwrap_or(f).display()))
+        })
+        .collect();
+    assert!(
+        early.is_empty(),
+        "a #[cfg(test)] item before the test module (move it into the module): {}",
+        early.join(", ")
+    );
+}
+
 // --- introduction.md: each chapter's reading time ----------------------------
 
 /// operations.md: the flags as `demo-controller -h` prints them (the binary

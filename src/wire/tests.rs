@@ -12,6 +12,11 @@ use serde_json::json;
 
 use super::*;
 
+/// A frame the protobuf reader refused, as its watcher reports it.
+pub(crate) fn refused_frame() -> kube::Error {
+    protobuf::read_error(WireError::FrameTooLarge { offset: 0, len: 1 << 30 })
+}
+
 fn waiting(reason: &str, message: &str) -> StateMsg {
     StateMsg {
         waiting: Some(WaitingMsg { reason: Some(reason.into()), message: Some(message.into()) }),
