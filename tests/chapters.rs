@@ -773,6 +773,9 @@ async fn ch6_paused_leader(a_pitfall: &[&str]) -> (String, Vec<String>, Option<i
         Some(a.wait_exit(T).await.code().expect("exit code"))
     } else {
         ch6_wait(&a, &format!("onAdd: {ns}/marker-after")).await;
+        // Its elector's first try after the pause reads B's Lease. Waited
+        // for, as its worker may take the watch's events before that try.
+        ch6_wait(&a, "standing by: replica-b leads").await;
         None
     };
     (ns, ch6_output(&a), code)
