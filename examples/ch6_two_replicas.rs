@@ -19,7 +19,7 @@
 //!
 //! A Lease deleted by hand is, to each replica, still what it last read. The
 //! leader makes it again at its next try, and goes on leading. A standby
-//! takes it only once it has been gone for a lease duration.
+//! takes it only once it has seen it missing for a lease duration.
 //!
 //! `--pitfall keep-logging` makes the leader ignore its renew deadline.
 //! Pause it (Ctrl-Z, or SIGSTOP) longer than the lease while the other takes
@@ -182,8 +182,8 @@ struct Elector {
     lease_duration: Duration,
     leadership: Arc<Leadership>,
     /// The Lease's spec as we last read or wrote it. It stands in for a
-    /// Lease that was deleted: that one is still its holder's, until it has
-    /// been gone for a lease duration.
+    /// Lease that was deleted: that one is still its holder's, until we have
+    /// seen it missing for a lease duration.
     spec: LeaseSpec,
     /// Its resourceVersion then (None: no Lease, so a write creates it).
     version: Option<String>,
@@ -261,7 +261,7 @@ impl Elector {
         lease.metadata.resource_version = self.version.clone();
         let spec = lease.spec.get_or_insert_default();
         spec.holder_identity = holder;
-        // The flag's i32, back.
+        // It fits: it came from the flag's i32.
         spec.lease_duration_seconds = Some(self.lease_duration.as_secs() as i32);
         // A new renew time at every write: a write that changed nothing would
         // keep the resourceVersion, and the standby would see the Lease expire.
