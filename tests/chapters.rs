@@ -754,13 +754,20 @@ async fn chapter6_the_standby_takes_over_where_the_leader_stopped() {
 }
 
 /// A is stopped (SIGSTOP) longer than the lease while B takes over; a pod is
-/// created, B logs it; A resumes. Returns A's output and its exit code, if
-/// it exited.
-async fn ch6_paused_leader(a_pitfall: &[&str]) -> (String, Vec<String>, Option<i32>) {
+/// created, B logs it; A resumes. With `delete_lease`, the Lease is deleted
+/// by hand once A is stopped. Returns A's output and its exit code, if it
+/// exited.
+async fn ch6_paused_leader(a_pitfall: &[&str], delete_lease: bool) -> (String, Vec<String>, Option<i32>) {
     let c = cluster().await;
     let ns = namespace(&c.client, "ch6-paused").await;
     let (mut a, b) = ch6_two(&c, &ns, a_pitfall).await;
     a.signal("STOP");
+    if delete_lease {
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(c.client.clone(), &ns);
+        leases.delete("ch6-two-replicas", &Default::default()).await.expect("delete the lease");
+    }
+    // To B, a deleted Lease is still A's: B takes it as it takes an expired
+    // one, once it has been gone for a lease duration.
     ch6_wait(&b, "became leader: the lease of replica-a expired").await;
     create(&c.client, &ns, "during", &[]).await;
     ch6_wait(&b, &format!("onAdd: {ns}/during")).await;
@@ -773,6 +780,9 @@ async fn ch6_paused_leader(a_pitfall: &[&str]) -> (String, Vec<String>, Option<i
         Some(a.wait_exit(T).await.code().expect("exit code"))
     } else {
         ch6_wait(&a, &format!("onAdd: {ns}/marker-after")).await;
+        // Its elector's first try after the pause reads B's Lease. Waited
+        // for, as its worker may take the watch's events before that try.
+        ch6_wait(&a, "standing by: replica-b leads").await;
         None
     };
     (ns, ch6_output(&a), code)
@@ -781,7 +791,7 @@ async fn ch6_paused_leader(a_pitfall: &[&str]) -> (String, Vec<String>, Option<i
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn chapter6_a_paused_leader_stops_at_its_renew_deadline() {
-    let (ns, out, code) = ch6_paused_leader(&[]).await;
+    let (ns, out, code) = ch6_paused_leader(&[], false).await;
     assert_eq!(code, Some(1), "{out:#?}");
     // Its last line says why it stopped; nothing it missed is logged.
     let lost = "lost the lease: no renew within the renew deadline, exiting (exit code 1)";
@@ -789,14 +799,92 @@ async fn chapter6_a_paused_leader_stops_at_its_renew_deadline() {
     assert_eq!(out.iter().filter(|l| l.starts_with("on")).collect::<Vec<_>>(), [&format!("onAdd: {ns}/kuard")]);
 }
 
+/// The Lease is deleted while its leader is paused: nobody makes it again
+/// in time, and the standby takes over; the old leader, resumed, exits.
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn chapter6_a_lease_deleted_while_its_leader_is_paused_goes_to_the_standby() {
+    let (ns, out, code) = ch6_paused_leader(&[], true).await;
+    assert_eq!(code, Some(1), "{out:#?}");
+    let lost = "lost the lease: no renew within the renew deadline, exiting (exit code 1)";
+    assert_eq!(out.last().map(String::as_str), Some(lost), "{out:#?}");
+    // B logged `during`; A, resumed, logs nothing it missed.
+    assert_eq!(out.iter().filter(|l| l.starts_with("on")).collect::<Vec<_>>(), [&format!("onAdd: {ns}/kuard")]);
+}
+
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn chapter6_pitfall_keep_logging_logs_what_the_new_leader_logs_too() {
-    let (ns, out, code) = ch6_paused_leader(&["--pitfall", "keep-logging"]).await;
+    let (ns, out, code) = ch6_paused_leader(&["--pitfall", "keep-logging"], false).await;
     assert_eq!(code, None, "it is still running");
     // B logged `during` as the leader; A, resumed, believes it still leads.
     assert!(out.contains(&format!("onAdd: {ns}/during")), "{out:#?}");
     assert!(out.contains(&"standing by: replica-b leads".to_string()), "it even says who leads: {out:#?}");
+}
+
+/// Waits until one of `replicas` has printed `line`; returns which one.
+async fn ch6_wait_any(replicas: [&Logger; 2], line: &str) -> usize {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(at) = replicas.iter().position(|r| ch6_output(r).iter().any(|l| l == line)) {
+            return at;
+        }
+        let dumps = replicas.map(Logger::dump);
+        assert!(start.elapsed() < T, "timed out waiting for {line:?}\n{}\n{}", dumps[0], dumps[1]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn chapter6_a_lease_deleted_by_hand_is_made_again_by_its_leader() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let c = cluster().await;
+    let ns = namespace(&c.client, "ch6-deleted").await;
+    let (mut a, mut b) = ch6_two(&c, &ns, &[]).await;
+    let leases: Api<Lease> = Api::namespaced(c.client.clone(), &ns);
+    let old = leases.get("ch6-two-replicas").await.expect("the lease A holds");
+    leases.delete("ch6-two-replicas", &Default::default()).await.expect("delete the lease");
+    // Someone makes the Lease again: a new object, with a new uid.
+    let start = std::time::Instant::now();
+    let made_again = loop {
+        match leases.get_opt("ch6-two-replicas").await.expect("read the lease") {
+            Some(lease) if lease.metadata.uid != old.metadata.uid => break lease,
+            _ => assert!(start.elapsed() < T, "nobody made the lease again\n{}\n{}", a.dump(), b.dump()),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let holder = made_again.spec.and_then(|spec| spec.holder_identity).unwrap_or_default();
+    assert!(holder.starts_with("replica-a_"), "the leader makes it again, not {holder:?}");
+    // Logging goes on: a pod created now is logged, by A.
+    create(&c.client, &ns, "after", &[]).await;
+    assert_eq!(ch6_wait_any([&a, &b], &format!("onAdd: {ns}/after")).await, 0, "{}\n{}", a.dump(), b.dump());
+    // And A still hands over as a leader does.
+    a.signal("TERM");
+    assert!(a.wait_exit(T).await.success(), "{}", a.dump());
+    ch6_wait(&b, "became leader: the lease was released").await;
+    create(&c.client, &ns, "last", &[]).await;
+    ch6_wait(&b, &format!("onAdd: {ns}/last")).await;
+    b.signal("TERM");
+    assert!(b.wait_exit(T).await.success(), "{}", b.dump());
+    let (a_out, b_out) = (ch6_output(&a), ch6_output(&b));
+    let mut a_expected = ch6_start("replica-a", &ns, 0, "became leader: created the lease");
+    a_expected.push(format!("onAdd: {ns}/kuard"));
+    a_expected.push("the lease was deleted: made it again, still leading".into());
+    a_expected.push(format!("onAdd: {ns}/after"));
+    a_expected.extend(ch6_stop());
+    assert_eq!(a_out, a_expected, "{}", a.dump());
+    // B stood by all along: a deleted Lease is, to B, still A's until it has
+    // been gone for a lease duration. It logs only what comes after it leads.
+    let mut b_expected = ch6_start("replica-b", &ns, 1, "standing by: replica-a leads");
+    b_expected.extend(["became leader: the lease was released".to_string(), format!("onAdd: {ns}/last")]);
+    b_expected.extend(ch6_stop());
+    assert_eq!(b_out, b_expected, "{}", b.dump());
+    // At most one logs at a time: no pod is logged by both.
+    let logged = |out: &[String]| out.iter().filter(|l| l.starts_with("on")).cloned().collect::<Vec<_>>();
+    let (a_logged, b_logged) = (logged(&a_out), logged(&b_out));
+    assert!(a_logged.iter().all(|l| !b_logged.contains(l)), "{a_logged:?} and {b_logged:?}");
+    assert!(a.stderr().is_empty() && b.stderr().is_empty(), "{}\n{}", a.dump(), b.dump());
 }
 
 /// The PodSummary resource of chapter 7, for a test that has not its Rust type.

@@ -1429,7 +1429,8 @@ fn the_lesson_meets_its_limits() {
     }
     let code_limits = [
         ("examples/ch4_controller.rs", 252, true),
-        ("examples/ch6_two_replicas.rs", 160, true),
+        // Chapter 6 reads as one idea per function, and makes a deleted Lease again.
+        ("examples/ch6_two_replicas.rs", 190, true),
         // Chapter 7 holds a drain on Ctrl-C and SIGTERM as chapter 4 does, and two caches.
         ("examples/ch7_pod_summary.rs", 285, false),
         ("examples/ch8_secret_copier.rs", 300, false),
