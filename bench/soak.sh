@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # `make soak`: a chaos soak of demo-controller --leader-elect with an oracle.
 # Builds demo-controller and the soak (bench/harness, its bin `soak`), starts
-# a control plane of its own in target/soak-cluster (--cluster-dir), runs three replicas under
-# a writer and faults for DURATION, and always stops the control plane again,
-# also on Ctrl-C (the soak first stops the replicas it runs). The soak prints
-# its figures and exits 1 when the oracle found a violation, listing each
-# (130 when interrupted). Logs, writes, the final list and the report go to
-# target/soak/ (--out): report.txt, and report.json with the same figures and
-# the code they measured (the commit, the git trees of src/ and crates/).
+# a control plane of its own in target/soak-cluster (--cluster-dir), runs
+# three replicas under a writer and faults for DURATION, and always stops the
+# control plane again, also on Ctrl-C (the soak first stops the replicas it
+# runs). The soak prints its figures and exits 1 when the oracle found a
+# violation, listing each (130 when interrupted). Logs, writes, the final
+# list and the report go to target/soak/ (--out): report.txt, and report.json
+# with the same figures and the code they measured (the commit, the git trees
+# of src/ and crates/).
 # --record also copies report.json to bench/soak.json, the committed record
 # the book's soak figures are generated from (tests/figures.rs), but only for
 # a run that was not interrupted; one with violations is recorded with them.
@@ -39,7 +40,11 @@ log() { say "$@"; }
 args=()
 while (($#)); do
 	case $1 in
-	--cluster-dir) (($# >= 2)) || { say "error: --cluster-dir needs a directory"; exit 2; }; dir=$2; shift 2 ;;
+	--cluster-dir)
+		(($# >= 2)) || { say "error: --cluster-dir needs a directory"; exit 2; }
+		dir=$2
+		shift 2
+		;;
 	--cluster-dir=*) dir=${1#--cluster-dir=}; shift ;;
 	*) args+=("$1"); shift ;;
 	esac
