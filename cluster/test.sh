@@ -43,10 +43,16 @@ esac
 dir=$repo/target/test-cluster
 # Stop the shared control plane and any a test started for itself (tests that
 # crash an API server get their own under target/test-planes/), even when a
-# test process died before its own cleanup ran.
+# test process died before its own cleanup ran. The short soak's plane is
+# stopped too, should the soak have died before its own cleanup, unless a
+# soak holds its lock (bench/soak-lock.sh): then one line says it was left
+# running. The plane of `make soak` (target/soak-cluster) is never touched:
+# a recorded soak may be using it.
+source "$repo/bench/soak-lock.sh"
+soak_dir=$repo/target/soak-test-cluster
 cleanup() {
 	bash "$repo/cluster/down.sh" --dir "$dir"
-	bash "$repo/cluster/down.sh" --dir "$repo/target/soak-cluster" || true # the soak's, should it have died before its own cleanup
+	soak_plane_down "$soak_dir" || true
 	for plane in "$repo"/target/test-planes/*/; do
 		[[ -d $plane ]] && bash "$repo/cluster/down.sh" --dir "$plane"
 	done
@@ -124,10 +130,11 @@ if (($# == 0)); then
 	# A short chaos soak (`make soak`): three replicas with --leader-elect on a
 	# control plane of its own, a writer, every fault, checked by its oracle.
 	# It prints its report (also in target/soak-test/); a violation fails the
-	# run. It starts and always stops its own control plane, and never hangs
+	# run. It starts and always stops its own control plane (in
+	# target/soak-test-cluster, not the one `make soak` uses), and never hangs
 	# (a watchdog ends it 20 min past its duration).
 	bash cluster/down.sh --dir "$dir" # the plain control plane is done with: free its memory
-	DURATION=2m bash bench/soak.sh --out target/soak-test
+	DURATION=2m bash bench/soak.sh --cluster-dir "$soak_dir" --out target/soak-test
 fi
 
 # --- The node tests: demo-controller as a pod on a real kubelet --------------

@@ -329,26 +329,125 @@ async fn a_lease_held_by_another_identity_is_respected() {
     assert!(page.contains("leader_election_master_status{name=\"demo-controller\"} 1\n"), "{page}");
 }
 
+/// A TCP relay on 127.0.0.1 in front of the API server whose link can be
+/// cut one way. Once cut, nothing the logger sends reaches the server (no
+/// request, a Lease renew included, on a connection open or new), while
+/// what the server sends on connections already open still arrives: the
+/// open watch keeps bringing events. A leader cut off this way sees pods
+/// change past its renew deadline, and only its own deadline keeps it from
+/// logging them.
+struct OneWayLink {
+    port: u16,
+    cut: Arc<AtomicBool>,
+}
+
+impl OneWayLink {
+    async fn start(server: std::net::SocketAddr) -> OneWayLink {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the relay");
+        let port = listener.local_addr().expect("the relay's address").port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let flag = cut.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::spawn(relay_one_way(client, server, flag.clone()));
+            }
+        });
+        OneWayLink { port, cut }
+    }
+
+    /// A kubeconfig for the admin user of the control plane in `dir`, through this relay.
+    fn kubeconfig(&self, dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+        let pki = dir.join("pki");
+        let user = format!(
+            "    client-certificate-data: {}\n    client-key-data: {}",
+            b64(&pki.join("admin.crt")),
+            b64(&pki.join("admin.key"))
+        );
+        kubeconfig(name, &format!("https://127.0.0.1:{}", self.port), Some(b64(&pki.join("ca.crt"))), &user)
+    }
+}
+
+async fn relay_one_way(client: tokio::net::TcpStream, server: std::net::SocketAddr, cut: Arc<AtomicBool>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(upstream) = tokio::net::TcpStream::connect(server).await else { return };
+    let (mut client_r, mut client_w) = client.into_split();
+    let (mut server_r, mut server_w) = upstream.into_split();
+    let up = async move {
+        let mut buf = [0u8; 16384];
+        while let Ok(n @ 1..) = client_r.read(&mut buf).await {
+            // Cut: dropped on the floor, the connection kept open.
+            if !cut.load(Ordering::SeqCst) && server_w.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+    };
+    let down = tokio::io::copy(&mut server_r, &mut client_w);
+    let _ = tokio::join!(up, down);
+}
+
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_cut_off_from_the_api_server_stops_logging_and_exits() {
-    let plane = Plane::start("leader-cut-off").await;
-    let c = &plane.cluster;
+    let c = cluster().await;
     let ns = namespace(&c.client, "cutoff").await;
-    let mut a = candidate(&c.kubeconfig, &ns);
-    leads(&a).await;
+    let server = server_url(&c.dir).trim_start_matches("https://").parse().expect("the server's address");
+    let link = OneWayLink::start(server).await;
+    let mut a = candidate(&link.kubeconfig(&c.dir, "cut-off-leader"), &ns);
+    let a_id = leads(&a).await;
     a.synced().await;
-    create(&c.client, &ns, "p", &[]).await;
-    a.wait_events(&ns, 1).await;
-    plane.kill_apiserver();
-    let killed = Instant::now();
-    let lost = a.wait_message("lost the lease: no renew within the renew deadline, exiting (exit code 1)", T).await;
-    let took = killed.elapsed();
+    let b = candidate(&c.kubeconfig, &ns);
+    b.wait_message(&format!("standing by: {a_id} leads"), T).await;
+    b.synced().await;
+    let churn = Churn::start(&c.client, &ns);
+    churn.until_made(10).await;
+
+    // The API server lives and pods keep changing; A's renews no longer
+    // reach it, and its open watch still brings every change.
+    link.cut.store(true, Ordering::SeqCst);
+    let cut = Instant::now();
+    // B takes the lease a lease duration after the last renew it saw, so
+    // past A's renew deadline: every pod made from now on is A's to leave.
+    leads(&b).await;
+    let taken = cut.elapsed();
+    // The first pod whose create was sent after B led: the one after the
+    // pod being created now.
+    let late = churn.made() + 1;
+    let made = churn.more_then_finish(&ns, &[&a, &b]).await;
+    b.wait_events(&ns, b.events(&ns).len()).await;
+
+    let logged_late: Vec<String> = a
+        .events(&ns)
+        .into_iter()
+        .filter(|m| m.rsplit_once("/c").and_then(|(_, i)| i.parse::<usize>().ok()).is_some_and(|i| i >= late))
+        .collect();
+    assert_eq!(logged_late, Vec::<String>::new(), "the cut-off leader logged past its renew deadline:\n{}", a.dump());
+    let gone = a.wait_message("lost the lease: no renew within the renew deadline, exiting (exit code 1)", T).await;
     assert_eq!(a.wait_exit(T).await.code(), Some(1), "{}", a.dump());
     let lines = a.lines();
-    let at = lines.iter().position(|v| *v == lost).expect("the line");
+    let at = lines.iter().position(|v| *v == gone).expect("the line");
     assert!(!lines[at..].iter().any(is_event), "a line after the lease was lost:\n{}", a.dump());
-    println!("figures: cut_off_to_lost={:.3}s (lease 3s, renew deadline 2s)", took.as_secs_f64());
+    // B logs what changed: both lines of every pod made after it took over,
+    // and nothing is lost over the two.
+    silent_until_it_leads(&b);
+    for i in late..made {
+        for kind in ["onAdd", "onDelete"] {
+            let line = format!("{kind}: {ns}/c{i}");
+            assert!(b.events(&ns).contains(&line), "the standby did not log {line}:\n{}", b.dump());
+        }
+    }
+    let lines = tally(&ns, &[&a, &b]);
+    let (lost, twice) = lost_and_duplicated(&ns, made, &lines);
+    // What B repeats of A's lines says so, as after a crash.
+    for seen in lines.values().filter(|seen| seen.len() > 1) {
+        for line in &seen[1..] {
+            assert_eq!(line["replayed"], true, "a repeat not marked: {line}\n{}", b.dump());
+        }
+    }
+    println!(
+        "figures: cut_off pods={made} lost={lost} duplicated={twice} cut_to_standby_leading={:.3}s (lease 3s, renew deadline 2s)",
+        taken.as_secs_f64()
+    );
+    assert_eq!(lost, 0, "lost:\n{}\n{}", a.dump(), b.dump());
 }
 
 #[ignore = "needs the local control plane: run `make test`"]

@@ -285,6 +285,17 @@ impl ControlPlane {
         std::fs::read_to_string(self.dir.join(format!("{name}.pid"))).ok()?.trim().parse().ok()
     }
 
+    /// A live process whose command line names this cluster directory (the
+    /// check cluster/down.sh makes before it signals a pid from a pid file).
+    fn ours(&self, pid: u32) -> bool {
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+        let words = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        // The directory as given, and with its symlinks resolved: a relative
+        // --cluster-dir is named absolute on the command line.
+        let named = |dir: &Path| words.contains(&format!("{}/", dir.display()));
+        (self.dir.is_absolute() && named(&self.dir)) || std::fs::canonicalize(&self.dir).is_ok_and(|d| named(&d))
+    }
+
     pub fn usage(&self) -> ServerUsage {
         let api = self.pid("kube-apiserver").unwrap_or(0);
         ServerUsage {
@@ -315,9 +326,24 @@ impl ControlPlane {
     /// Stops kube-apiserver with `signal` (SIGKILL after `grace` if it still
     /// runs), compacts etcd to its latest revision if `compact`, and starts it
     /// again; returns once it is ready. The soak restarts it both ways.
+    ///
+    /// The pid file is trusted only for a live process whose command line
+    /// names the cluster directory, as cluster/down.sh checks: any other
+    /// process (a recycled pid, a pid file written by hand) is refused with a
+    /// panic naming it, and never signalled. A pid whose process is gone is
+    /// a stopped kube-apiserver: it is started again.
     pub fn restart(&self, signal: &str, grace: Duration, compact: bool) {
         let pid = self.pid("kube-apiserver").expect("kube-apiserver.pid in the cluster directory");
         let alive = || std::path::Path::new(&format!("/proc/{pid}")).exists();
+        if alive() && !self.ours(pid) {
+            panic!(
+                "{}/kube-apiserver.pid holds pid {pid}, which is not a process of this control plane \
+                 (its command line does not name {}/): not signalling it; stop the control plane with \
+                 cluster/down.sh --dir {0}",
+                self.dir.display(),
+                self.dir.display()
+            );
+        }
         crate::process::send_signal(pid, signal);
         let deadline = Instant::now() + grace;
         while alive() && Instant::now() < deadline {
@@ -393,5 +419,30 @@ impl ControlPlane {
             assert!(Instant::now() < deadline, "kube-apiserver not ready 180 s after its restart");
             std::thread::sleep(Duration::from_millis(250));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pid file that points at an unrelated process (here a `sleep` of the
+    /// test's own): the restart refuses, and never signals it.
+    #[test]
+    fn a_restart_never_signals_a_pid_that_is_not_the_planes() {
+        let dir = std::env::temp_dir().join(format!("soak-pid-check-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory for the pid file");
+        let mut sleep = Command::new("sleep").arg("600").spawn().expect("start sleep");
+        std::fs::write(dir.join("kube-apiserver.pid"), sleep.id().to_string()).expect("write the pid file");
+        let plane = ControlPlane { dir: dir.clone() };
+        let refused = std::panic::catch_unwind(|| plane.restart("KILL", Duration::ZERO, false));
+        let alive = sleep.try_wait().expect("look at sleep").is_none();
+        let _ = sleep.kill();
+        let _ = sleep.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(alive, "the restart killed an unrelated process");
+        let message = refused.expect_err("the restart refused");
+        let text = message.downcast_ref::<String>().map(String::as_str).unwrap_or_default();
+        assert!(text.contains("which is not a process of this control plane"), "{text}");
     }
 }
