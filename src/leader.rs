@@ -256,11 +256,6 @@ impl Observer {
         self.missing = None;
     }
 
-    /// The last holder we saw on the lease, if we saw one.
-    pub fn last_holder(&self) -> Option<&str> {
-        self.last_holder.as_ref().map(|(holder, _)| holder.as_str())
-    }
-
     pub fn step(&mut self, me: &str, lease: Option<&Record>, now: Instant) -> Step {
         let since = match lease {
             None => *self.missing.get_or_insert(now),
@@ -300,6 +295,14 @@ impl Observer {
     }
 }
 // ANCHOR_END: decide
+
+impl Observer {
+    /// The last holder we saw on the lease, if we saw one (the release
+    /// stamp must name it: see [`from_its_holder`]).
+    pub fn last_holder(&self) -> Option<&str> {
+        self.last_holder.as_ref().map(|(holder, _)| holder.as_str())
+    }
+}
 
 impl Pending {
     fn new(key: &Key, change: &Change, initial: bool, reason: Option<&'static str>, version: Version) -> Pending {
