@@ -1406,7 +1406,7 @@ impl Elector {
         warn!(
             lease = self.lease_ref,
             stamp,
-            "the lease's release stamp was not written by its last holder on this Lease (a restored backup or a hand edit?): treating the lease as expired, waiting {left} before taking it"
+            "the lease's release stamp was not written by its last holder on this Lease (a restored backup, a hand edit, or a holder this replica missed?): treating the lease as expired, waiting {left} before taking it"
         );
         self.stamp_doubted = Some(stamp.clone());
     }
@@ -1608,7 +1608,8 @@ impl Elector {
 /// lets us take the lease at once, so one that a restore or a hand edit
 /// left while its holder may still lead is no release ([`Record::of`]
 /// checks that it names this Lease). Without it the lease is waited out as
-/// one that expired.
+/// one that expired. A replica that missed a holder that came and went
+/// (cut off meanwhile) waits too: slower, never two loggers at once.
 fn from_its_holder(mut record: Record, last: Option<&str>) -> Record {
     let named = record.stamp.as_deref().and_then(Stamp::read).map(|s| s.holder);
     if let (Some(named), Some(last)) = (named, last)
