@@ -1316,3 +1316,35 @@ async fn a_release_stamp_written_by_hand_is_waited_out() {
     };
     a_stamp_not_from_its_holder(&c, &ns, lease).await;
 }
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mark_an_older_version_wrote_without_a_scope_is_followed_and_said_once() {
+    // An older demo-controller released the Lease with a mark and no scope
+    // record: an upgrade's new replica still resumes after it, and says
+    // once that it cannot tell what the mark was written for.
+    let c = cluster().await;
+    let ns = namespace(&c.client, "old-mark").await;
+    let before = create(&c.client, &ns, "before", &[]).await;
+    let leases = Api::<Lease>::namespaced(c.client.clone(), &ns);
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some("demo-controller".into()),
+            annotations: Some(
+                [("demo-controller.example.com/logged-up-to".to_string(), resource_version(&before).to_string())]
+                    .into(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec { lease_duration_seconds: Some(1), ..Default::default() }),
+    };
+    let lease = leases.create(&PostParams::default(), &lease).await.expect("create lease");
+    release_as(&leases, lease, "an-older-holder").await;
+    let a = candidate(&c.kubeconfig, &ns);
+    leads(&a).await;
+    create(&c.client, &ns, "after", &[]).await;
+    assert_eq!(a.wait_events(&ns, 1).await, [format!("onAdd: {ns}/after")], "{}", a.dump());
+    let said: Vec<String> = a.warnings().into_iter().filter(|w| w.contains("mark says no scope")).collect();
+    assert_eq!(said.len(), 1, "{}", a.dump());
+    assert!(said[0].contains(&format!("(-n {ns}, no -l)")), "{}", said[0]);
+}
