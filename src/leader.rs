@@ -79,6 +79,8 @@ use crate::informer::Relist;
 use crate::key::Key;
 use crate::line::Change;
 use crate::queue::Queue;
+pub use crate::scope::Scope;
+use crate::scope::{Compared, SCOPE, Stamp};
 
 /// The annotation on the Lease that carries the leader's progress: every pod
 /// change up to this resourceVersion has been logged (or was in the first
@@ -92,7 +94,10 @@ pub const MARK: &str = "demo-controller.example.com/logged-up-to";
 /// (see [`Elector::release`]). Only then is its [`MARK`] exact: a lease
 /// that expired, or whose holder was cleared or that was deleted by hand,
 /// is a crash to the next leader, whose lines past the mark then say
-/// `replayed=true`. Any write by a holder removes it.
+/// `replayed=true`. Any write by a holder removes it. Its value names the
+/// holder that released and the Lease's uid ([`Stamp`]): a stamp that names
+/// another Lease (a copy restored from a backup) or another holder than the
+/// last one seen, or that names none (typed by hand), is no release.
 pub const RELEASED: &str = "demo-controller.example.com/released";
 
 /// How many retry periods more than a standby that saw the last holder a
@@ -163,20 +168,36 @@ pub struct Record {
     pub transitions: i32,
     /// The leader's [`MARK`], if it wrote one.
     pub mark: Option<u64>,
-    /// The lease carries the release stamp ([`RELEASED`]).
+    /// What the mark was written for ([`SCOPE`]), as the lease says it.
+    pub scope: Option<String>,
+    /// The mark was written for another scope, so it was dropped (see
+    /// [`Elector::checked`]).
+    pub other_scope: bool,
+    /// The release stamp ([`RELEASED`]) as the lease says it, if any.
+    pub stamp: Option<String>,
+    /// The stamp is a release: it names this Lease (and, once
+    /// [`Elector::checked`], the last holder seen).
     pub released: bool,
 }
 
 impl Record {
     pub fn of(lease: &Lease) -> Record {
         let spec = lease.spec.clone().unwrap_or_default();
+        let annotation = |name: &str| lease.metadata.annotations.as_ref().and_then(|a| a.get(name)).cloned();
+        let stamp = annotation(RELEASED);
+        // A stamp counts only on the Lease it was written on.
+        let uid = lease.metadata.uid.as_deref();
+        let released = stamp.as_deref().and_then(Stamp::read).is_some_and(|s| Some(s.uid.as_str()) == uid);
         Record {
             version: lease.metadata.resource_version.clone().unwrap_or_default(),
             holder: spec.holder_identity.unwrap_or_default(),
             lease_duration: Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64),
             transitions: spec.lease_transitions.unwrap_or(0),
             mark: lease.metadata.annotations.as_ref().and_then(|a| a.get(MARK)).and_then(|m| m.parse().ok()),
-            released: lease.metadata.annotations.as_ref().and_then(|a| a.get(RELEASED)).is_some_and(|r| r == "true"),
+            scope: annotation(SCOPE),
+            other_scope: false,
+            stamp,
+            released,
         }
     }
 }
@@ -274,6 +295,14 @@ impl Observer {
     }
 }
 // ANCHOR_END: decide
+
+impl Observer {
+    /// The last holder we saw on the lease, if we saw one (the release
+    /// stamp must name it: see [`from_its_holder`]).
+    pub fn last_holder(&self) -> Option<&str> {
+        self.last_holder.as_ref().map(|(holder, _)| holder.as_str())
+    }
+}
 
 impl Pending {
     fn new(key: &Key, change: &Change, initial: bool, reason: Option<&'static str>, version: Version) -> Pending {
@@ -919,6 +948,14 @@ pub struct Elector {
     faults: ElectionFaults,
     /// Renews that succeeded so far (for the seam's `renew-late`).
     renews: u32,
+    /// What this replica watches (`-n`, `-l`): written beside our mark, and
+    /// compared with the scope of the marks we read.
+    scope: Scope,
+    /// The scope of a lease's mark we said we do not follow, or said we
+    /// cannot tell (said once per scope).
+    scope_said: Option<Option<String>>,
+    /// The release stamp we said we do not trust (said once per stamp).
+    stamp_doubted: Option<String>,
 }
 
 impl Elector {
@@ -957,6 +994,9 @@ impl Elector {
             lease_ref: name.to_string(),
             faults: ElectionFaults::default(),
             renews: 0,
+            scope: Scope::new(None, None),
+            scope_said: None,
+            stamp_doubted: None,
         }
     }
 
@@ -964,6 +1004,13 @@ impl Elector {
     /// default).
     pub fn in_namespace(mut self, namespace: &str) -> Elector {
         self.lease_ref = format!("{namespace}/{}", self.name);
+        self
+    }
+
+    /// Watching `scope` (all pods by default): its marks say so, and marks
+    /// written for another scope are not followed (see [`Elector::checked`]).
+    pub fn watching(mut self, scope: Scope) -> Elector {
+        self.scope = scope;
         self
     }
 
@@ -1207,6 +1254,7 @@ impl Elector {
         match step {
             Step::Create => Ok(Tried::NotHolding),
             Step::Vacated { holder, left } => {
+                self.doubt_stamp(&record, left);
                 self.wait_out(holder, left, "cleared");
                 self.gate.follow(record.mark);
                 Ok(Tried::NotHolding)
@@ -1229,7 +1277,9 @@ impl Elector {
                 // Only a holder that stopped and then cleared itself with
                 // the release stamp released the lease; a lease that merely
                 // expired, or whose holder was cleared by hand, did not.
-                let released = record.released && record.holder.is_empty();
+                // A mark of another scope says nothing of our pods: what we
+                // log past it may repeat the other leader's lines.
+                let released = record.released && record.holder.is_empty() && !record.other_scope;
                 self.took = Some(released);
                 // The take keeps the previous leader's mark: ours goes on
                 // the lease only with a renew, after the lines we kept past
@@ -1292,13 +1342,82 @@ impl Elector {
         }
     }
 
+    /// The record as this replica may act on it: its release stamp only if
+    /// the last holder wrote it, its mark only if written for our scope and
+    /// by a leader of this lease.
+    fn checked(&mut self, record: Record) -> Record {
+        let record = self.in_scope(from_its_holder(record, self.observer.last_holder()));
+        self.written_here(record)
+    }
+
+    /// The record, with its mark dropped if it was written for another
+    /// scope: a leader that watched other pods (another `-n` or `-l`, a
+    /// rollout that changed them, another Deployment on the same Lease)
+    /// marked nothing about the pods we watch that it did not see. Following
+    /// it, we would drop the `onAdd` of every pod newly in our scope. So we
+    /// follow no mark, as a replica that found none: every pod in our list
+    /// is new to us. Said once per scope; a mark with no scope (an older
+    /// demo-controller's) is followed, as before, and that is said once too.
+    fn in_scope(&mut self, mut record: Record) -> Record {
+        let compared = crate::scope::compare(record.scope.as_deref(), &self.scope);
+        let said = Some(record.scope.clone());
+        match compared {
+            Compared::Same => {}
+            Compared::Unknown if record.mark.is_none() => {}
+            Compared::Unknown => {
+                if self.scope_said != said {
+                    warn!(
+                        lease = self.lease_ref,
+                        mark = record.mark,
+                        ours = self.scope.flags(),
+                        "the lease's mark says no scope (an older demo-controller wrote it): following it as written for this replica's scope ({}); replicas sharing a lease must share -n and -l",
+                        self.scope.flags()
+                    );
+                    self.scope_said = said;
+                }
+            }
+            Compared::Other(theirs) => {
+                if self.scope_said != said {
+                    warn!(
+                        lease = self.lease_ref,
+                        mark = record.mark,
+                        theirs,
+                        ours = self.scope.flags(),
+                        "the lease's mark was written for another scope ({theirs}) than this replica's ({}): not following it nor resuming from it; every pod in this replica's list is new to it, and where the scopes overlap its lines may repeat the other leader's, saying replayed=true; replicas sharing a lease must share -n and -l",
+                        self.scope.flags()
+                    );
+                    self.scope_said = said;
+                }
+                record.mark = None;
+                record.other_scope = true;
+            }
+        }
+        record
+    }
+
+    /// A release stamp we do not trust, said once per stamp, as we wait
+    /// `left` before taking the lease (see [`from_its_holder`]).
+    fn doubt_stamp(&mut self, record: &Record, left: Duration) {
+        let Some(stamp) = record.stamp.as_ref().filter(|_| !record.released) else { return };
+        if self.stamp_doubted.as_ref() == Some(stamp) {
+            return;
+        }
+        let left = humantime::format_duration(Duration::from_millis(left.as_millis() as u64));
+        warn!(
+            lease = self.lease_ref,
+            stamp,
+            "the lease's release stamp was not written by its last holder on this Lease (a restored backup, a hand edit, or a holder this replica missed?): treating the lease as expired, waiting {left} before taking it"
+        );
+        self.stamp_doubted = Some(stamp.clone());
+    }
+
     /// The record, with its mark refused if no leader of this lease can have
     /// written it: a mark is a resourceVersion read before the write that
     /// carried it, so it is below the Lease's own. One at or above it comes
     /// from elsewhere (a backup restored from another cluster, a hand
     /// edit) and would silence every line up to it: it is dropped, with a
     /// warning (once per mark).
-    fn checked(&mut self, mut record: Record) -> Record {
+    fn written_here(&mut self, mut record: Record) -> Record {
         let (Some(mark), Ok(version)) = (record.mark, record.version.parse::<u64>()) else { return record };
         if mark < version {
             return record;
@@ -1420,6 +1539,9 @@ impl Elector {
         }
         let annotations = lease.metadata.annotations.get_or_insert_with(Default::default);
         annotations.remove(RELEASED);
+        // What our mark speaks of, so that a replica of another scope does
+        // not follow it.
+        annotations.insert(SCOPE.into(), self.scope.record());
         match mark {
             Some(mark) => annotations.insert(MARK.into(), mark.to_string()),
             None => annotations.remove(MARK), // none yet, or one refused
@@ -1463,7 +1585,10 @@ impl Elector {
             if let Some(mark) = mark {
                 annotations.insert(MARK.into(), mark.to_string());
             }
-            annotations.insert(RELEASED.into(), "true".into());
+            // Our name and this Lease's uid: a stamp the next replica can
+            // tell from a restored or hand-written one.
+            let stamp = Stamp { holder: me.clone(), uid: lease.metadata.uid.clone().unwrap_or_default() };
+            annotations.insert(RELEASED.into(), stamp.record());
             api.replace(name, &PostParams::default(), &lease).await.map(|_| true)
         };
         match tokio::time::timeout(deadline, released).await {
@@ -1476,6 +1601,23 @@ impl Elector {
             Err(_) => warn!(lease = self.name, "cannot release the lease in time, it will expire"),
         }
     }
+}
+
+/// `record`, with its release stamp trusted only if the holder it names is
+/// the last one we saw hold the lease (`last`, if we saw one): the stamp
+/// lets us take the lease at once, so one that a restore or a hand edit
+/// left while its holder may still lead is no release ([`Record::of`]
+/// checks that it names this Lease). Without it the lease is waited out as
+/// one that expired. A replica that missed a holder that came and went
+/// (cut off meanwhile) waits too: slower, never two loggers at once.
+fn from_its_holder(mut record: Record, last: Option<&str>) -> Record {
+    let named = record.stamp.as_deref().and_then(Stamp::read).map(|s| s.holder);
+    if let (Some(named), Some(last)) = (named, last)
+        && named != last
+    {
+        record.released = false;
+    }
+    record
 }
 
 /// A request on the Lease that failed, and its verb (get, create, update).
@@ -2023,7 +2165,16 @@ mod tests {
         let mut lease = Lease::default();
         assert!(!Record::of(&lease).released);
         lease.metadata.annotations = Some([(RELEASED.to_string(), "true".to_string())].into());
+        assert!(!Record::of(&lease).released, "an older demo-controller's stamp, or one typed by hand");
+        lease.metadata.uid = Some("uid-1".into());
+        let stamp = |holder: &str, uid: &str| Stamp { holder: holder.into(), uid: uid.into() }.record();
+        lease.metadata.annotations = Some([(RELEASED.to_string(), stamp("a_1", "uid-0"))].into());
+        assert!(!Record::of(&lease).released, "a stamp restored onto a new Lease names the old one");
+        lease.metadata.annotations = Some([(RELEASED.to_string(), stamp("a_1", "uid-1"))].into());
         assert!(Record::of(&lease).released);
+        assert!(from_its_holder(Record::of(&lease), None).released, "a replica that saw no holder");
+        assert!(from_its_holder(Record::of(&lease), Some("a_1")).released);
+        assert!(!from_its_holder(Record::of(&lease), Some("b_1")).released, "not by the holder we saw");
         assert_eq!(lost_to(""), "its holder was cleared");
         assert_eq!(lost_to("b_1"), "b_1 holds it");
     }

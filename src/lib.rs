@@ -18,7 +18,8 @@
 //! changed, as kubectl describe says it), cli
 //! (flags), client (kubeconfig and clear errors), leader (leader election
 //! and the warm standby), catchup (whether a replica's cache is caught up
-//! enough to lead), logging, signals (and the
+//! enough to lead), scope (what a leader's mark was written for, and whose
+//! release stamp it is), logging, signals (and the
 //! side thread that hears them), probes (/readyz, /healthz), metrics
 //! (/metrics), wire (pods in JSON or in protobuf, the API server's own
 //! format, read by the workspace's kube-pod-protobuf crate) and faults (the
@@ -39,6 +40,7 @@ pub mod metrics;
 pub mod pod;
 pub mod probes;
 pub mod queue;
+pub mod scope;
 pub mod signals;
 pub mod text;
 pub mod wire;

@@ -163,6 +163,7 @@ async fn start(args: &Args, side: &tokio::runtime::Handle) -> Result<Started, Ex
     let (name, queue, watch) = (&args.leader_elect_resource_name, controller.queue(), controller.watch());
     let elector = leader::Elector::new(leases, name, timings, gate, queue, watch)
         .in_namespace(&args.lease_namespace())
+        .watching(leader::Scope::new(args.namespace.as_deref(), args.selector.as_deref()))
         .with_faults(election_faults);
     info!(
         identity = elector.identity(),

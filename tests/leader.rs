@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use common::*;
 use demo_controller::leader::RELEASED;
+use demo_controller::scope::Stamp;
 
 const T: Duration = Duration::from_secs(30);
 
@@ -279,21 +280,28 @@ async fn held_by_someone_else(client: &kube::Client, ns: &str) -> Api<Lease> {
 }
 
 /// The Lease `demo-controller` in `ns`, released: no holder, the release
-/// stamp. A candidate takes it without waiting it out (but for two retry
-/// periods of deference when its first list holds pods the mark does not
-/// cover); without it, the first candidate would wait out a Lease that may
-/// have been deleted by hand (a lease duration and three retry periods:
-/// minutes with OUTLASTING).
+/// stamp of an earlier holder on this very Lease. A candidate takes it
+/// without waiting it out (but for two retry periods of deference when its
+/// first list holds pods the mark does not cover); without it, the first
+/// candidate would wait out a Lease that may have been deleted by hand (a
+/// lease duration and three retry periods: minutes with OUTLASTING).
 async fn released_lease(client: &kube::Client, ns: &str) {
     let lease = Lease {
-        metadata: ObjectMeta {
-            name: Some("demo-controller".into()),
-            annotations: Some([(RELEASED.to_string(), "true".to_string())].into()),
-            ..Default::default()
-        },
+        metadata: ObjectMeta { name: Some("demo-controller".into()), ..Default::default() },
         spec: Some(LeaseSpec { lease_duration_seconds: Some(1), ..Default::default() }),
     };
-    Api::<Lease>::namespaced(client.clone(), ns).create(&PostParams::default(), &lease).await.expect("create lease");
+    let leases = Api::<Lease>::namespaced(client.clone(), ns);
+    let lease = leases.create(&PostParams::default(), &lease).await.expect("create lease");
+    release_as(&leases, lease, "an-earlier-holder").await;
+}
+
+/// Releases `lease` as its holder `holder` does: the holder cleared, the
+/// stamp that names it and this Lease (its uid).
+async fn release_as(leases: &Api<Lease>, mut lease: Lease, holder: &str) -> Lease {
+    lease.spec.get_or_insert_default().holder_identity = None;
+    let stamp = Stamp { holder: holder.into(), uid: lease.metadata.uid.clone().expect("a uid") };
+    lease.metadata.annotations.get_or_insert_default().insert(RELEASED.into(), stamp.record());
+    leases.replace("demo-controller", &PostParams::default(), &lease).await.expect("release lease")
 }
 
 #[ignore = "needs the local control plane: run `make test`"]
@@ -316,10 +324,8 @@ async fn a_lease_held_by_another_identity_is_respected() {
     // `became leader`. The holder gives the lease up, as a release does:
     // its holder cleared, with the stamp that says it stopped first (a
     // holder cleared without it is waited out: it may still lead).
-    let mut held = leases.get("demo-controller").await.expect("get lease");
-    held.spec.as_mut().expect("spec").holder_identity = None;
-    held.metadata.annotations.get_or_insert_default().insert(RELEASED.into(), "true".into());
-    leases.replace("demo-controller", &PostParams::default(), &held).await.expect("release lease");
+    let held = leases.get("demo-controller").await.expect("get lease");
+    release_as(&leases, held, "someone-else").await;
     leads(&a).await;
     let mut events = a.wait_events(&ns, 2).await;
     events.sort();
@@ -1278,4 +1284,166 @@ async fn a_standby_whose_watch_is_down_takes_the_lease_only_once_it_is_back_and_
         assert!(lines.contains_key(&format!("onAdd: {ns}/{name}")), "{name}:\n{}\n{}", a.dump(), b.dump());
     }
     assert!(lines.contains_key(&format!("onDelete: {ns}/during")), "{}\n{}", a.dump(), b.dump());
+}
+
+/// The lease's resourceVersion now.
+async fn lease_version(leases: &Api<Lease>) -> String {
+    let lease = leases.get("demo-controller").await.expect("get lease");
+    lease.metadata.resource_version.expect("a resourceVersion")
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollout_that_widens_the_selector_adds_the_pods_newly_in_scope() {
+    // A rollout that changes -l: the old leader's mark says what it logged
+    // of the pods it watched, nothing of the others. A new replica that
+    // followed it would never add b1, and its next change would be an
+    // onUpdate of a pod never added.
+    let c = cluster().await;
+    let ns = namespace(&c.client, "widened").await;
+    released_lease(&c.client, &ns).await;
+    let leases = Api::<Lease>::namespaced(c.client.clone(), &ns);
+    create(&c.client, &ns, "a1", &[("app", "a")]).await;
+    create(&c.client, &ns, "b1", &[("app", "b")]).await;
+    let mut r1 = candidate_with(&c.kubeconfig, &ns, &["-l", "app=a"]);
+    let r1_id = leads(&r1).await;
+    r1.synced().await;
+    let a2 = create(&c.client, &ns, "a2", &[("app", "a")]).await;
+    let mut logged = r1.wait_events(&ns, 2).await;
+    logged.sort();
+    assert_eq!(logged, [format!("onAdd: {ns}/a1"), format!("onAdd: {ns}/a2")]);
+    // Its mark passes b1's creation (and a2's).
+    mark_reaches(&c.client, &ns, resource_version(&a2)).await;
+    // The new replica watches every pod of the namespace (no -l). It
+    // stands by through several of r1's renews, reading each.
+    let r2 = candidate(&c.kubeconfig, &ns);
+    r2.wait_message(&format!("standing by: {r1_id} leads"), T).await;
+    r2.synced().await;
+    let mut versions = vec![lease_version(&leases).await];
+    while versions.len() < 4 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let version = lease_version(&leases).await;
+        if versions.last() != Some(&version) {
+            versions.push(version);
+        }
+    }
+    r1.signal("TERM");
+    r1.wait_message("released the lease", T).await;
+    assert_eq!(r1.wait_exit(T).await.code(), Some(0), "{}", r1.dump());
+    leads(&r2).await;
+    label(&c.client, &ns, "b1", "tier", "web").await;
+    r2.wait_message(&format!("onUpdate: {ns}/b1"), T).await;
+    let b1: Vec<String> = r2.events(&ns).into_iter().filter(|e| e.ends_with("/b1")).collect();
+    assert_eq!(b1, [format!("onAdd: {ns}/b1"), format!("onUpdate: {ns}/b1")], "{}", r2.dump());
+    // a1 and a2 are in both scopes: r1 logged them, and r2's lines say so.
+    let again: Vec<Value> =
+        r2.event_lines(&ns).into_iter().filter(|v| v["name"] == "a1" || v["name"] == "a2").collect();
+    assert_eq!(again.len(), 2, "{}", r2.dump());
+    assert!(again.iter().all(|v| v["replayed"] == true), "{}", r2.dump());
+    // One WARN line, naming both scopes, not one per read of the lease.
+    let warned: Vec<String> =
+        r2.warnings().into_iter().filter(|w| w.contains("was written for another scope")).collect();
+    assert_eq!(warned.len(), 1, "{}", r2.dump());
+    let both = (format!("(-n {ns}, -l 'app=a')"), format!("(-n {ns}, no -l)"));
+    assert!(warned[0].contains(&both.0) && warned[0].contains(&both.1), "{}", warned[0]);
+    silent_until_it_leads(&r2);
+}
+
+/// A candidate starts on `lease`, released by no holder it can trust: it
+/// says so in one WARN line, leaves the lease alone, and takes it only once
+/// it would have expired, as after a crash (released=false).
+async fn a_stamp_not_from_its_holder(c: &Cluster, ns: &str, lease: Lease) {
+    let leases = Api::<Lease>::namespaced(c.client.clone(), ns);
+    let lease = leases.create(&PostParams::default(), &lease).await.expect("create lease");
+    let a = candidate(&c.kubeconfig, ns);
+    let doubted = a
+        .wait_for("the stamp refused", T, |v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("the lease's release stamp was not written by its last"))
+        })
+        .await;
+    assert_eq!(doubted["level"], "WARN", "{doubted}");
+    // Untouched when it said so: not taken at once.
+    let now = leases.get("demo-controller").await.expect("get lease");
+    assert_eq!(now.metadata.resource_version, lease.metadata.resource_version, "{}", a.dump());
+    let became = a.wait_message("became leader", T).await;
+    assert_eq!(became["released"], false, "{became}");
+    let taken = leases.get("demo-controller").await.expect("get lease");
+    let spec = taken.spec.expect("spec");
+    assert_eq!(spec.holder_identity.as_ref(), became["identity"].as_str().map(str::to_string).as_ref());
+    assert!(!taken.metadata.annotations.unwrap_or_default().contains_key(RELEASED));
+    let warned: Vec<String> = a.warnings().into_iter().filter(|w| w.contains("release stamp")).collect();
+    assert_eq!(warned.len(), 1, "{}", a.dump());
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_stamp_restored_from_a_backup_is_waited_out() {
+    // A Lease released by its holder, backed up, deleted and restored: the
+    // restored copy is a new object, and its stamp names the old one.
+    let c = cluster().await;
+    let ns = namespace(&c.client, "restored").await;
+    released_lease(&c.client, &ns).await;
+    let leases = Api::<Lease>::namespaced(c.client.clone(), &ns);
+    let backup = leases.get("demo-controller").await.expect("get lease");
+    leases.delete("demo-controller", &DeleteParams::default()).await.expect("delete lease");
+    let restored = Lease {
+        metadata: ObjectMeta {
+            name: Some("demo-controller".into()),
+            annotations: backup.metadata.annotations.clone(),
+            ..Default::default()
+        },
+        spec: backup.spec.clone(),
+    };
+    a_stamp_not_from_its_holder(&c, &ns, restored).await;
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_stamp_written_by_hand_is_waited_out() {
+    // The stamp as a hand edit writes it: no holder named, no Lease named.
+    let c = cluster().await;
+    let ns = namespace(&c.client, "hand-stamp").await;
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some("demo-controller".into()),
+            annotations: Some([(RELEASED.to_string(), "true".to_string())].into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec { lease_duration_seconds: Some(1), ..Default::default() }),
+    };
+    a_stamp_not_from_its_holder(&c, &ns, lease).await;
+}
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mark_an_older_version_wrote_without_a_scope_is_followed_and_said_once() {
+    // An older demo-controller released the Lease with a mark and no scope
+    // record: an upgrade's new replica still resumes after it, and says
+    // once that it cannot tell what the mark was written for.
+    let c = cluster().await;
+    let ns = namespace(&c.client, "old-mark").await;
+    let before = create(&c.client, &ns, "before", &[]).await;
+    let leases = Api::<Lease>::namespaced(c.client.clone(), &ns);
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some("demo-controller".into()),
+            annotations: Some(
+                [("demo-controller.example.com/logged-up-to".to_string(), resource_version(&before).to_string())]
+                    .into(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec { lease_duration_seconds: Some(1), ..Default::default() }),
+    };
+    let lease = leases.create(&PostParams::default(), &lease).await.expect("create lease");
+    release_as(&leases, lease, "an-older-holder").await;
+    let a = candidate(&c.kubeconfig, &ns);
+    leads(&a).await;
+    create(&c.client, &ns, "after", &[]).await;
+    assert_eq!(a.wait_events(&ns, 1).await, [format!("onAdd: {ns}/after")], "{}", a.dump());
+    let said: Vec<String> = a.warnings().into_iter().filter(|w| w.contains("mark says no scope")).collect();
+    assert_eq!(said.len(), 1, "{}", a.dump());
+    assert!(said[0].contains(&format!("(-n {ns}, no -l)")), "{}", said[0]);
 }

@@ -39,18 +39,23 @@ pub async fn measure(client: &Client, bins: &Binaries, n: usize, s: &Settings<'_
     // Released, so the leader takes it without waiting it out (but for two
     // retry periods of deference: its first list holds pods no mark covers);
     // a Lease it finds missing it waits out (a lease duration and three retry
-    // periods), as one deleted by hand may still have a leader.
-    let released = Lease {
-        metadata: ObjectMeta {
-            name: Some("demo-controller".into()),
-            annotations: Some([("demo-controller.example.com/released".to_string(), "true".to_string())].into()),
-            ..Default::default()
-        },
+    // periods), as one deleted by hand may still have a leader. The release
+    // stamp counts only if it names this Lease's uid (and a holder), as a
+    // holder's release does: so the Lease is created first, then stamped.
+    let lease = Lease {
+        metadata: ObjectMeta { name: Some("demo-controller".into()), ..Default::default() },
         spec: Some(LeaseSpec { lease_duration_seconds: Some(1), ..Default::default() }),
     };
     let leases = Api::<Lease>::namespaced(client.clone(), &lease_ns);
-    if let Err(e) = leases.create(&PostParams::default(), &released).await {
-        panic!("bench: cannot create the Lease {lease_ns}/demo-controller: {e}");
+    let mut released = match leases.create(&PostParams::default(), &lease).await {
+        Ok(created) => created,
+        Err(e) => panic!("bench: cannot create the Lease {lease_ns}/demo-controller: {e}"),
+    };
+    let stamp = serde_json::json!({"holder": "an-earlier-holder", "uid": released.metadata.uid.clone()});
+    released.metadata.annotations =
+        Some([("demo-controller.example.com/released".to_string(), stamp.to_string())].into());
+    if let Err(e) = leases.replace("demo-controller", &PostParams::default(), &released).await {
+        panic!("bench: cannot stamp the Lease {lease_ns}/demo-controller as released: {e}");
     }
     let command = || bins.command(Peer::DemoPair, s.kubeconfig, s.resync);
     let (mut leader, mut standby) = (Measurement::default(), Measurement::default());
