@@ -24,7 +24,7 @@ use common::*;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::{watcher, watcher::Event};
+use kube::runtime::{WatchStreamExt, watcher, watcher::Event};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -154,7 +154,11 @@ impl Watch {
     async fn start(nodes: &Nodes) -> Watch {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let config = watcher::Config::default().labels(&nodes.selector());
-        let mut events = Box::pin(watcher(nodes.api.clone(), config));
+        // With a backoff: a watcher without one retries a lasting error at
+        // once, in a loop that never yields to the runtime. A run of this
+        // file once hung there for good, its memory filling with `buffer's
+        // worker closed unexpectedly`, and no test was reported.
+        let mut events = Box::pin(watcher(nodes.api.clone(), config).default_backoff());
         let state = seen.clone();
         let task = tokio::spawn(async move {
             while let Some(event) = events.next().await {
