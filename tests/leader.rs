@@ -1180,3 +1180,71 @@ async fn a_standby_whose_watch_is_down_takes_the_lease_only_once_it_is_back_and_
     }
     assert!(lines.contains_key(&format!("onDelete: {ns}/during")), "{}\n{}", a.dump(), b.dump());
 }
+
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_late_joiner_that_leads_does_not_make_the_standby_drop_a_delete_only_the_standby_saw() {
+    // A leads and stops (paused: it holds the lease and logs nothing more);
+    // `gone` is deleted; B, the standby that followed A, keeps its onDelete,
+    // and is paused too. A's lease expires (cut short by hand here, its
+    // holder kept, as an expiry after a crash finds it). C starts fresh: its
+    // first list holds only `stays`, older than A's mark, and no trace of
+    // `gone`, so C cannot log that delete. C leads, and its marks pass the
+    // delete's resourceVersion, which C saw only as a list. B, continued,
+    // must not drop its line for them: the delete is logged once, by B.
+    let c = cluster().await;
+    let ns = namespace(&c.client, "late-joiner").await;
+    released_lease(&c.client, &ns).await;
+    let mut a = candidate_timed(&c.kubeconfig, &ns, OUTLASTING, &[]);
+    let a_id = leads(&a).await;
+    a.synced().await;
+    let metrics = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics}");
+    let b = candidate_timed(&c.kubeconfig, &ns, OUTLASTING, &["--metrics-addr", &metrics_addr]);
+    b.wait_message(&format!("standing by: {a_id} leads"), T).await;
+    b.synced().await;
+    create(&c.client, &ns, "stays", &[]).await;
+    let gone = create(&c.client, &ns, "gone", &[]).await;
+    a.wait_events(&ns, 2).await;
+    let mark = mark_reaches(&c.client, &ns, resource_version(&gone)).await;
+    until_metric(&b, metrics, "demo_controller_cache_pods 3").await; // with A's marker pod
+
+    a.signal("STOP");
+    delete(&c.client, &ns, "gone").await;
+    let deleted = current_resource_version(&c.client, &ns).await.parse::<u64>().expect("a number");
+    until_metric(&b, metrics, "demo_controller_cache_pods 2").await;
+    b.signal("STOP");
+    let leases = Api::<Lease>::namespaced(c.client.clone(), &ns);
+    let mut lease = leases.get("demo-controller").await.expect("get lease");
+    lease.spec.as_mut().expect("spec").lease_duration_seconds = Some(1);
+    leases.replace("demo-controller", &PostParams::default(), &lease).await.expect("expire the lease");
+
+    let late = candidate(&c.kubeconfig, &ns);
+    let took_over = late.wait_message("became leader", T).await;
+    let late_id = took_over["identity"].as_str().expect("identity").to_string();
+    assert_eq!((took_over["resumes_after"].as_u64(), &took_over["released"]), (Some(mark), &Value::Bool(false)));
+    // C says that deletes in the range it saw only as a list may be missing.
+    let warning = late.wait_for("the missing deletes", T, is_missing_deletes).await;
+    assert_eq!(
+        (warning["after"].as_u64(), warning["message"].as_str()),
+        (Some(mark), Some(&*missing_deletes(&warning)))
+    );
+    assert!(warning["through"].as_u64().is_some_and(|t| t >= deleted), "{warning}");
+    mark_reaches(&c.client, &ns, deleted).await;
+
+    b.signal("CONT");
+    b.wait_message(&format!("standing by: {late_id} leads"), T).await;
+    let message = format!("onDelete: {ns}/gone");
+    let start = Instant::now();
+    while !tally(&ns, &[&a, &b, &late]).contains_key(&message) && start.elapsed() < T {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lines = tally(&ns, &[&a, &b, &late]);
+    let deletes = lines.get(&message).cloned().unwrap_or_default();
+    assert_eq!(deletes.len(), 1, "{message} lost or twice:\n{}\n{}\n{}", a.dump(), b.dump(), late.dump());
+    // By B, the only replica that saw it; A's lease expired, so A may have
+    // logged it before it stopped (it did not), and the line says so.
+    assert_eq!(b.events(&ns), [message.clone()], "{}", b.dump());
+    assert_eq!(deletes[0]["replayed"], true, "{}", deletes[0]);
+    assert!(late.events(&ns).is_empty(), "{}", late.dump());
+}
