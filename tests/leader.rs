@@ -1181,6 +1181,21 @@ async fn a_standby_whose_watch_is_down_takes_the_lease_only_once_it_is_back_and_
     assert!(lines.contains_key(&format!("onDelete: {ns}/during")), "{}\n{}", a.dump(), b.dump());
 }
 
+/// Waits until the logger's workers (metrics on `port`) finished `n` syncs.
+async fn until_syncs(logger: &Logger, port: u16, n: u64) {
+    let series = "workqueue_work_duration_seconds_count{name=\"pods\"} ";
+    let start = Instant::now();
+    loop {
+        let page = http_get(port, "/metrics").1;
+        let syncs = page.lines().find_map(|l| l.strip_prefix(series)?.parse::<u64>().ok());
+        if syncs.is_some_and(|syncs| syncs >= n) {
+            return;
+        }
+        assert!(start.elapsed() < T, "never {n} syncs ({syncs:?})\n{}", logger.dump());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[ignore = "needs the local control plane: run `make test`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_late_joiner_that_leads_does_not_make_the_standby_drop_a_delete_only_the_standby_saw() {
@@ -1202,17 +1217,19 @@ async fn a_late_joiner_that_leads_does_not_make_the_standby_drop_a_delete_only_t
     let metrics_addr = format!("127.0.0.1:{metrics}");
     let b = candidate_timed(&c.kubeconfig, &ns, OUTLASTING, &["--metrics-addr", &metrics_addr]);
     b.wait_message(&format!("standing by: {a_id} leads"), T).await;
-    b.synced().await;
+    b.wait_message("workers started", T).await;
     create(&c.client, &ns, "stays", &[]).await;
     let gone = create(&c.client, &ns, "gone", &[]).await;
     a.wait_events(&ns, 2).await;
     let mark = mark_reaches(&c.client, &ns, resource_version(&gone)).await;
-    until_metric(&b, metrics, "demo_controller_cache_pods 3").await; // with A's marker pod
+    // B's workers took in all three pods (A's marker too), one sync each.
+    until_syncs(&b, metrics, 3).await;
 
     a.signal("STOP");
     delete(&c.client, &ns, "gone").await;
     let deleted = current_resource_version(&c.client, &ns).await.parse::<u64>().expect("a number");
-    until_metric(&b, metrics, "demo_controller_cache_pods 2").await;
+    // B's worker took the delete in: its line waits at B's gate.
+    until_syncs(&b, metrics, 4).await;
     b.signal("STOP");
     let leases = Api::<Lease>::namespaced(c.client.clone(), &ns);
     let mut lease = leases.get("demo-controller").await.expect("get lease");
