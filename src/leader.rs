@@ -27,7 +27,9 @@
 //! old, so the kept lines may have been logged already: they say
 //! `replayed=true`. A replica takes the lease only while its watch
 //! delivers, and a new leader that knows part of what came after the mark
-//! only from a list says which range may be missing deletes (catchup.rs).
+//! only from a list says which range may be missing deletes, and writes it
+//! on the Lease, so that a standby that kept a delete there says so rather
+//! than drop it in silence (catchup.rs).
 //!
 //! One kind of line is not at its pod's resourceVersion: a delete that a
 //! relist found (the pod is missing from the new list; its DELETED event
@@ -727,6 +729,7 @@ impl Gate {
                 } else if let Some(listed) = listed.filter(|listed| version.unlogged_delete(change, *listed)) {
                     // The leader's mark passed it, but the leader saw it
                     // only as a list: said, not dropped in silence.
+                    drop(state);
                     unlogged(key, change, listed);
                 }
                 Verdict::Silent
