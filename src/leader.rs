@@ -1974,6 +1974,16 @@ mod tests {
         assert!(!Version::At(Some(9)).unlogged_delete(&delete("9"), listed), "the mark's");
     }
 
+    #[test]
+    fn the_range_a_leader_saw_only_as_a_list_is_read_from_the_lease() {
+        let mut lease = Lease::default();
+        assert_eq!(Record::of(&lease).listed_only, None);
+        lease.metadata.annotations = Some([(LISTED_ONLY.to_string(), "636-639".to_string())].into());
+        assert_eq!(Record::of(&lease).listed_only, Some(ListedOnly { after: 636, through: 639 }));
+        lease.metadata.annotations = Some([(LISTED_ONLY.to_string(), "639-636".to_string())].into());
+        assert_eq!(Record::of(&lease).listed_only, None, "not a range: ignored");
+    }
+
     /// Lines no mark covers are kept apart from the others, so following
     /// the mark never walks them; a new leader still logs all of them in
     /// the order taken, and the cap drops the oldest of either.
