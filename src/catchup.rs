@@ -2,6 +2,12 @@
 //! every change past the previous leader's mark, so it needs a cache that saw
 //! them: a standby whose watch is down does not take the Lease, and a range
 //! the new leader knows only from a list is named in a WARN line.
+//!
+//! That range is also written on the Lease ([`LISTED_ONLY`]): the leader's
+//! marks pass it, but it saw no change in it as an event. A standby that
+//! follows those marks does not drop the deletes it kept for that range in
+//! silence: it names each in a WARN line, for the leader's list showed no
+//! trace of those pods.
 
 use std::sync::Arc;
 
@@ -51,9 +57,11 @@ impl Watch {
     }
 
     /// Says which range may be missing deletes, if this replica knows part
-    /// of what came after `mark` only from a list (see [`unwatched`]).
-    pub fn warn_unwatched(&self, mark: Option<u64>) {
-        let Some((after, through)) = self.cache.last_list().and_then(|list| unwatched(mark, list)) else { return };
+    /// of what came after `mark` only from a list (see [`unwatched`]), and
+    /// returns it.
+    pub fn warn_unwatched(&self, mark: Option<u64>) -> Option<(u64, Option<u64>)> {
+        let range = self.cache.last_list().and_then(|list| unwatched(mark, list));
+        let (after, through) = range?;
         match through {
             Some(through) => warn!(
                 after,
@@ -65,6 +73,60 @@ impl Watch {
                 "deletes after resourceVersion {after} may be missing: this replica saw what came after it only as a list, and a list does not show a pod that was created and deleted"
             ),
         }
+        range
+    }
+}
+
+/// The annotation on the Lease that carries the range its holder saw only
+/// as a list ([`ListedOnly`]), e.g. `366-369`. Absent when there is none.
+pub const LISTED_ONLY: &str = "demo-controller.example.com/listed-only";
+
+/// The resourceVersions past `after` and up to `through` that a leader saw
+/// only as a list: it led from the mark `after` with a list taken at
+/// `through` (a late joiner, or a standby whose watch relisted). Its marks
+/// pass the range, yet it logged no change in it as it happened: the pods
+/// still there it logged as its list showed them, a pod deleted there not
+/// at all. So a standby that kept a delete in the range names it in a
+/// WARN line when the mark passes it, rather than drop it in silence. (It
+/// does not log it as an `onDelete`: a standby writes no event line, and
+/// another standby may have kept it too.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListedOnly {
+    pub after: u64,
+    pub through: u64,
+}
+
+impl ListedOnly {
+    /// The range as the leader writes it; None where the list's
+    /// resourceVersion is not known (JSON: see [`unwatched`]).
+    pub fn of(range: Option<(u64, Option<u64>)>) -> Option<ListedOnly> {
+        let (after, through) = range?;
+        Some(ListedOnly { after, through: through? })
+    }
+
+    /// Reads the annotation's value (see [`LISTED_ONLY`]); None if it is
+    /// not one.
+    pub fn parse(text: &str) -> Option<ListedOnly> {
+        let (after, through) = text.split_once('-')?;
+        let (after, through) = (after.parse().ok()?, through.parse().ok()?);
+        (after < through).then_some(ListedOnly { after, through })
+    }
+
+    /// Whether a change at resourceVersion `version` lies in the range.
+    pub fn holds(self, version: u64) -> bool {
+        self.after < version && version <= self.through
+    }
+
+    /// Whether a change somewhere past `after` and no later than `by` (None:
+    /// unknown) may lie in the range.
+    pub fn meets(self, after: Option<u64>, by: Option<u64>) -> bool {
+        after.is_none_or(|after| after < self.through) && by.is_none_or(|by| by > self.after)
+    }
+}
+
+impl std::fmt::Display for ListedOnly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.after, self.through)
     }
 }
 
@@ -146,6 +208,25 @@ mod tests {
         // JSON: no position at all; only an event or a list brings it back.
         assert!(down(&mut seen, again.clone(), None).is_some());
         assert!(down(&mut seen, again, None).is_some());
+    }
+
+    #[test]
+    fn the_range_seen_only_as_a_list_goes_on_the_lease_and_back() {
+        let range = ListedOnly { after: 366, through: 369 };
+        assert_eq!(ListedOnly::of(Some((366, Some(369)))), Some(range));
+        assert_eq!(ListedOnly::of(Some((366, None))), None, "JSON: the list's end is not known");
+        assert_eq!(ListedOnly::of(None), None);
+        assert_eq!(range.to_string(), "366-369");
+        assert_eq!(ListedOnly::parse("366-369"), Some(range));
+        for bad in ["", "366", "369-366", "366-369,x", "a-b", "-369"] {
+            assert_eq!(ListedOnly::parse(bad), None, "{bad}");
+        }
+        assert!(range.holds(367) && range.holds(369) && !range.holds(366) && !range.holds(370));
+        // A change at 367, or a delete somewhere in (360, 368]: maybe in it.
+        assert!(range.meets(Some(366), Some(367)) && range.meets(Some(360), Some(368)));
+        assert!(!range.meets(Some(369), Some(380)), "after it");
+        assert!(!range.meets(Some(300), Some(366)), "before it: the mark's");
+        assert!(range.meets(Some(300), None), "no upper bound");
     }
 
     #[test]

@@ -27,7 +27,9 @@
 //! old, so the kept lines may have been logged already: they say
 //! `replayed=true`. A replica takes the lease only while its watch
 //! delivers, and a new leader that knows part of what came after the mark
-//! only from a list says which range may be missing deletes (catchup.rs).
+//! only from a list says which range may be missing deletes, and writes it
+//! on the Lease, so that a standby that kept a delete there says so rather
+//! than drop it in silence (catchup.rs).
 //!
 //! One kind of line is not at its pod's resourceVersion: a delete that a
 //! relist found (the pod is missing from the new list; its DELETED event
@@ -72,7 +74,7 @@ use kube::api::PostParams;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::catchup::{Watch, caught_up};
+use crate::catchup::{LISTED_ONLY, ListedOnly, Watch, caught_up};
 use crate::faults::ElectionFaults;
 
 use crate::informer::Relist;
@@ -178,6 +180,8 @@ pub struct Record {
     /// The stamp is a release: it names this Lease (and, once
     /// [`Elector::checked`], the last holder seen).
     pub released: bool,
+    /// The range its holder saw only as a list ([`LISTED_ONLY`]).
+    pub listed_only: Option<ListedOnly>,
 }
 
 impl Record {
@@ -198,6 +202,7 @@ impl Record {
             other_scope: false,
             stamp,
             released,
+            listed_only: annotation(LISTED_ONLY).as_deref().and_then(ListedOnly::parse),
         }
     }
 }
@@ -332,8 +337,9 @@ enum Role {
     /// it stopped, past its mark: its line says `replayed=true`, also when
     /// our stream lagged and it reaches us after the take.
     Leading { mark: Option<u64>, until: Option<Instant>, doubt: Option<u64> },
-    /// No line. Those past `mark` wait in `kept`.
-    Standby { mark: Option<u64> },
+    /// No line, but for those the leader saw only as a list (`listed`: see
+    /// [`ListedOnly`]). Those past `mark` wait in `kept`.
+    Standby { mark: Option<u64>, listed: Option<ListedOnly> },
 }
 
 /// What a line says of *when* its change happened, for the gate to compare
@@ -412,6 +418,16 @@ impl Version {
     /// delete with an upper bound.
     fn coverable(self) -> bool {
         matches!(self, Version::At(Some(_)) | Version::Between { by: Some(_), .. })
+    }
+
+    /// Whether `change` is a delete that may lie in the range a leader saw
+    /// only as a list: no line of that leader shows it (see [`ListedOnly`]).
+    fn unlogged_delete(self, change: &Change, listed: ListedOnly) -> bool {
+        let within = match self {
+            Version::At(v) => v.is_some_and(|v| listed.holds(v)),
+            Version::Between { after, by } => listed.meets(after, by),
+        };
+        within && matches!(change, Change::Delete(_))
     }
 
     /// The mark does not say it was logged, nor that it was not: a delete
@@ -508,16 +524,24 @@ impl Kept {
         self.coverable.is_empty() && self.uncovered.is_empty()
     }
 
-    /// A mark was heard: the lines it covers go.
-    fn follow(&mut self, mark: Option<u64>) {
-        let bytes = &mut self.bytes;
-        self.coverable.retain(|(_, p)| {
-            let keep = !p.version.covered_by(mark);
-            if !keep {
-                *bytes -= p.bytes;
+    /// A mark was heard: the lines it covers go. The deletes in the range
+    /// the leader saw only as a list (`listed`) are returned, in the order
+    /// taken.
+    fn follow(&mut self, mark: Option<u64>, listed: Option<ListedOnly>) -> Vec<Pending> {
+        let mut unseen = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.coverable.len());
+        for (n, p) in self.coverable.drain(..) {
+            if !p.version.covered_by(mark) {
+                kept.push_back((n, p));
+                continue;
             }
-            keep
-        });
+            self.bytes -= p.bytes;
+            if listed.is_some_and(|listed| p.version.unlogged_delete(&p.change, listed)) {
+                unseen.push(p);
+            }
+        }
+        self.coverable = kept;
+        unseen
     }
 
     /// Every line the mark does not cover, in the order taken.
@@ -591,6 +615,24 @@ fn said(change: &Change, key: &Key) -> String {
     format!("{kind}: {key}")
 }
 
+/// A delete a standby saw, and that the leader may have logged no line of:
+/// the leader saw resourceVersions `listed` only as a list (see
+/// [`ListedOnly`]). Said in a WARN line, rather than dropped in silence.
+fn unlogged(key: &Key, change: &Change, listed: ListedOnly) {
+    let Change::Delete(pod) = change else { return };
+    warn!(
+        namespace = %key.namespace,
+        name = %key.name,
+        uid = %pod.uid,
+        resource_version = %pod.resource_version,
+        after = listed.after,
+        through = listed.through,
+        "the delete of {key} may be missing: the leader saw resourceVersions {} to {} only as a list, and a standby logs no line",
+        listed.after,
+        listed.through
+    );
+}
+
 /// The resourceVersion of the pod a change shows (None: not a number).
 fn resource_version(change: &Change) -> Option<u64> {
     match change {
@@ -629,7 +671,7 @@ impl Gate {
 
     /// A candidate starts as a standby that has heard of no mark yet.
     pub fn standby() -> Arc<Gate> {
-        Gate::new(Role::Standby { mark: None })
+        Gate::new(Role::Standby { mark: None, listed: None })
     }
 
     fn new(role: Role) -> Arc<Gate> {
@@ -662,7 +704,7 @@ impl Gate {
     /// if we lead or know the leader's mark, or if waiting for one is over
     /// (`give_up`).
     fn decide(&self, give_up: bool) {
-        let ready = give_up || matches!(self.lock().role, Role::Leading { .. } | Role::Standby { mark: Some(_) });
+        let ready = give_up || matches!(self.lock().role, Role::Leading { .. } | Role::Standby { mark: Some(_), .. });
         if ready {
             self.decided.send_if_modified(|decided| !std::mem::replace(decided, true));
         }
@@ -703,11 +745,16 @@ impl Gate {
             Role::Leading { mark, .. } if version.straddled_by(mark) => Verdict::Replayed,
             Role::Leading { doubt, .. } if version.before(doubt) => Verdict::Replayed,
             Role::Leading { .. } => Verdict::Log,
-            Role::Standby { mark } => {
+            Role::Standby { mark, listed } => {
                 if !version.covered_by(mark) {
                     let dropped = state.kept.keep(Pending::new(key, change, initial, reason, version));
                     drop(state);
                     self.dropped(dropped);
+                } else if let Some(listed) = listed.filter(|listed| version.unlogged_delete(change, *listed)) {
+                    // The leader's mark passed it, but the leader saw it
+                    // only as a list: said, not dropped in silence.
+                    drop(state);
+                    unlogged(key, change, listed);
                 }
                 Verdict::Silent
             }
@@ -745,14 +792,23 @@ impl Gate {
         matches!(self.lock().role, Role::Leading { .. })
     }
 
-    /// A standby heard of the leader's mark: the lines it covers go.
-    fn follow(&self, mark: Option<u64>) {
+    /// A standby heard of the leader's mark, and of the range the leader
+    /// saw only as a list (`listed`): the lines the mark covers go, and the
+    /// deletes among them in that range are said (see [`ListedOnly`]).
+    fn follow(&self, mark: Option<u64>, listed: Option<ListedOnly>) {
         let mut state = self.lock();
-        if let Role::Standby { mark: old } = state.role
-            && mark > old
-        {
-            state.role = Role::Standby { mark };
-            state.kept.follow(mark);
+        let Role::Standby { mark: old, .. } = state.role else { return };
+        // An older mark changes nothing.
+        state.role = Role::Standby { mark: mark.max(old), listed };
+        if mark <= old {
+            return;
+        }
+        let unseen = state.kept.follow(mark, listed);
+        drop(state);
+        if let Some(listed) = listed {
+            for line in unseen {
+                unlogged(&line.key, &line.change, listed);
+            }
         }
     }
 
@@ -858,7 +914,7 @@ impl Gate {
 
     /// No more lines, from now on.
     fn stop(&self) {
-        self.lock().role = Role::Standby { mark: None };
+        self.lock().role = Role::Standby { mark: None, listed: None };
     }
 }
 
@@ -956,6 +1012,9 @@ pub struct Elector {
     scope_said: Option<Option<String>>,
     /// The release stamp we said we do not trust (said once per stamp).
     stamp_doubted: Option<String>,
+    /// Leading, the range past the mark we resumed from that we saw only as
+    /// a list, written on the lease with every renew (see [`ListedOnly`]).
+    listed_only: Option<ListedOnly>,
 }
 
 impl Elector {
@@ -997,6 +1056,7 @@ impl Elector {
             scope: Scope::new(None, None),
             scope_said: None,
             stamp_doubted: None,
+            listed_only: None,
         }
     }
 
@@ -1256,7 +1316,7 @@ impl Elector {
             Step::Vacated { holder, left } => {
                 self.doubt_stamp(&record, left);
                 self.wait_out(holder, left, "cleared");
-                self.gate.follow(record.mark);
+                self.gate.follow(record.mark, record.listed_only);
                 Ok(Tried::NotHolding)
             }
             Step::Wait { holder } => {
@@ -1265,11 +1325,11 @@ impl Elector {
                     info!(holder, "standing by: {holder} leads");
                     self.standing_by = Some(holder);
                 }
-                self.gate.follow(record.mark);
+                self.gate.follow(record.mark, record.listed_only);
                 Ok(Tried::NotHolding)
             }
             Step::Take { .. } if self.watch_down() => {
-                self.gate.follow(record.mark);
+                self.gate.follow(record.mark, record.listed_only);
                 Ok(Tried::NotHolding)
             }
             Step::Take { .. } if self.defer(&record) => Ok(Tried::NotHolding),
@@ -1389,6 +1449,7 @@ impl Elector {
                     self.scope_said = said;
                 }
                 record.mark = None;
+                record.listed_only = None;
                 record.other_scope = true;
             }
         }
@@ -1479,7 +1540,7 @@ impl Elector {
     /// lease; with none there, it takes the lease itself after them.
     fn defer(&mut self, record: &Record) -> bool {
         // Standing by meanwhile: what the mark covers, a leader logged.
-        self.gate.follow(record.mark);
+        self.gate.follow(record.mark, record.listed_only);
         if caught_up(self.joined, record.mark) {
             self.deferring = None;
             return false;
@@ -1509,8 +1570,9 @@ impl Elector {
         crate::metrics::leader(&self.name, true);
         info!(identity = self.me, resumes_after = mark, released, kept = kept.len(), "became leader");
         // What no line can show: a pod created and deleted where we saw
-        // only a list. Said, not silently skipped.
-        self.watch.warn_unwatched(mark);
+        // only a list. Said, not silently skipped; and written on the lease,
+        // so that a standby that kept such a delete says so.
+        self.listed_only = ListedOnly::of(self.watch.warn_unwatched(mark));
         // What we took in past the mark: after a release the leader had
         // stopped watching before it wrote the mark, so none of it was
         // logged; after a crash any of it may have been. A delete a relist
@@ -1545,6 +1607,11 @@ impl Elector {
         match mark {
             Some(mark) => annotations.insert(MARK.into(), mark.to_string()),
             None => annotations.remove(MARK), // none yet, or one refused
+        };
+        // Ours only: a take removes the previous leader's.
+        match self.listed_only {
+            Some(listed) => annotations.insert(LISTED_ONLY.into(), listed.to_string()),
+            None => annotations.remove(LISTED_ONLY),
         };
         lease
     }
@@ -1862,7 +1929,7 @@ mod tests {
         let gate = Gate::standby();
         gate.decide(false);
         assert_eq!(gate.decided().now_or_never(), None);
-        gate.follow(Some(5));
+        gate.follow(Some(5), None);
         gate.decide(false);
         assert_eq!(gate.decided().now_or_never(), Some(()));
         // ...or until waiting is over; and one that leads, not at all.
@@ -1881,9 +1948,9 @@ mod tests {
         // leader's mark 30 passed the pod's change, and says nothing of the
         // delete, which lies anywhere in 11..=50.
         let gate = Gate::standby();
-        gate.follow(Some(30));
+        gate.follow(Some(30), None);
         assert_eq!(gate.admit(&key("gone"), &delete("10"), inferred(Some(50)), false, None), Verdict::Silent);
-        gate.follow(Some(49));
+        gate.follow(Some(49), None);
         // Taken over at 49: logged, and `replayed=true` even after a
         // release: the delete may lie below the mark, and then was logged.
         assert_eq!(takeover(&gate, Some(49)), vec![(Some(10), true)]);
@@ -1891,12 +1958,12 @@ mod tests {
         // Once the leader's stream passed the list, it logged the delete.
         let gate = Gate::standby();
         gate.admit(&key("gone"), &delete("10"), inferred(Some(50)), false, None);
-        gate.follow(Some(50));
+        gate.follow(Some(50), None);
         assert_eq!(takeover(&gate, Some(50)), vec![]);
         // The same line seen as it happened (a DELETED event at 10) goes
         // with any mark from 10 on.
         let gate = Gate::standby();
-        gate.follow(Some(30));
+        gate.follow(Some(30), None);
         gate.admit(&key("gone"), &delete("10"), Seen::AsItHappened, false, None);
         assert_eq!(takeover(&gate, Some(30)), vec![]);
     }
@@ -1906,7 +1973,7 @@ mod tests {
         // The mark is short of the pod's last change: the delete came after
         // it, so the leader cannot have logged it before its mark.
         let gate = Gate::standby();
-        gate.follow(Some(5));
+        gate.follow(Some(5), None);
         gate.admit(&key("gone"), &delete("10"), inferred(Some(50)), false, None);
         assert_eq!(takeover(&gate, Some(5)), vec![(Some(10), false)]);
     }
@@ -1917,7 +1984,7 @@ mod tests {
         // mark can tell that the leader logged it.
         let gate = Gate::standby();
         gate.admit(&key("gone"), &delete("10"), inferred(None), false, None);
-        gate.follow(Some(u64::MAX - 1));
+        gate.follow(Some(u64::MAX - 1), None);
         assert_eq!(takeover(&gate, Some(u64::MAX - 1)), vec![(Some(10), true)], "kept, and replayed");
         // A leader that took over from a mark logs it, replayed.
         assert_eq!(gate.admit(&key("b"), &delete("10"), inferred(None), false, None), Verdict::Replayed);
@@ -1949,7 +2016,7 @@ mod tests {
         let lagging = Seen::Inferred(Relist { after: Some(35), by: Some(35) });
         let standby = Gate::standby();
         standby.admit(&key("a"), &delete("10"), lagging, false, None);
-        standby.follow(Some(40));
+        standby.follow(Some(40), None);
         assert_eq!(takeover(&standby, Some(40)), vec![(Some(35), true)], "kept, and replayed");
     }
 
@@ -2000,8 +2067,8 @@ mod tests {
             "a standby never logs"
         );
         assert_eq!(gate.admit(&key("b"), &add("7"), Seen::AsItHappened, false, None), Verdict::Silent);
-        gate.follow(Some(5)); // the leader logged up to 5
-        gate.follow(Some(4)); // an older mark changes nothing
+        gate.follow(Some(5), None); // the leader logged up to 5
+        gate.follow(Some(4), None); // an older mark changes nothing
         assert_eq!(
             gate.admit(&key("c"), &add("3"), Seen::AsItHappened, false, None),
             Verdict::Silent,
@@ -2018,6 +2085,43 @@ mod tests {
         assert_eq!(gate.admit(&key("d"), &add("8"), Seen::AsItHappened, false, None), Verdict::Log);
     }
 
+    /// A leader that saw (10, 20] only as a list (a late joiner) marks
+    /// past it: the deletes a standby kept in that range are said, not
+    /// dropped in silence, for a list does not show a pod that is gone.
+    #[test]
+    fn a_standby_does_not_drop_in_silence_a_delete_the_leader_saw_only_as_a_list() {
+        let gate = Gate::standby();
+        gate.follow(Some(10), None);
+        for (name, change) in [("a", add("8")), ("b", add("12")), ("b", delete("15")), ("c", add("25"))] {
+            assert_eq!(gate.admit(&key(name), &change, Seen::AsItHappened, false, None), Verdict::Silent);
+        }
+        let listed = ListedOnly { after: 10, through: 20 };
+        let unseen = |kept: &mut Kept, mark| -> Vec<Option<u64>> {
+            kept.follow(mark, Some(listed)).into_iter().map(|p| p.version.own()).collect()
+        };
+        // Only the delete: the leader logged b as its list showed it, had
+        // b still been there.
+        assert_eq!(unseen(&mut gate.lock().kept, Some(22)), [Some(15)]);
+        assert_eq!(unseen(&mut gate.lock().kept, Some(24)), Vec::<Option<u64>>::new());
+        assert_eq!(kept(gate.lead(Some(24), Instant::now() + Duration::from_secs(60))), [Some(25)]);
+        // Where the range meets a delete: at its version, or inferred.
+        let (at, inferred_in) = (Version::At(Some(16)), Version::Between { after: Some(18), by: Some(19) });
+        assert!(at.unlogged_delete(&delete("16"), listed) && inferred_in.unlogged_delete(&delete("18"), listed));
+        assert!(!at.unlogged_delete(&add("16"), listed), "a pod still there was in the leader's list");
+        assert!(!Version::At(Some(21)).unlogged_delete(&delete("21"), listed), "seen as it happened");
+        assert!(!Version::At(Some(9)).unlogged_delete(&delete("9"), listed), "the mark's");
+    }
+
+    #[test]
+    fn the_range_a_leader_saw_only_as_a_list_is_read_from_the_lease() {
+        let mut lease = Lease::default();
+        assert_eq!(Record::of(&lease).listed_only, None);
+        lease.metadata.annotations = Some([(LISTED_ONLY.to_string(), "636-639".to_string())].into());
+        assert_eq!(Record::of(&lease).listed_only, Some(ListedOnly { after: 636, through: 639 }));
+        lease.metadata.annotations = Some([(LISTED_ONLY.to_string(), "639-636".to_string())].into());
+        assert_eq!(Record::of(&lease).listed_only, None, "not a range: ignored");
+    }
+
     /// Lines no mark covers are kept apart from the others, so following
     /// the mark never walks them; a new leader still logs all of them in
     /// the order taken, and the cap drops the oldest of either.
@@ -2027,7 +2131,7 @@ mod tests {
         gate.admit(&key("a"), &add("5"), Seen::AsItHappened, false, None);
         gate.admit(&key("b"), &delete("6"), inferred(None), false, None);
         gate.admit(&key("c"), &add("7"), Seen::AsItHappened, false, None);
-        gate.follow(Some(5));
+        gate.follow(Some(5), None);
         assert_eq!(takeover(&gate, Some(5)), vec![(Some(6), false), (Some(7), false)]);
 
         let gate = Gate::standby();
@@ -2044,7 +2148,7 @@ mod tests {
     fn a_version_that_is_not_a_number_is_never_covered() {
         let gate = Gate::standby();
         gate.admit(&key("a"), &add("x"), Seen::AsItHappened, false, None);
-        gate.follow(Some(u64::MAX));
+        gate.follow(Some(u64::MAX), None);
         assert_eq!(kept(gate.lead(Some(u64::MAX), Instant::now() + Duration::from_secs(60))), vec![None]);
         assert_eq!(gate.admit(&key("a"), &add("y"), Seen::AsItHappened, false, None), Verdict::Log);
     }
