@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs the node tests (tests/node.rs, tests/node_teardown.rs,
-# tests/node_paths.rs; all named node_*): builds the image from the unchanged
-# Dockerfile, starts a real node (cluster/node/up.sh), runs tests/node.rs
-# against it, stops it, and then runs the teardown tests, which start and
+# Runs the node tests (tests/node.rs, tests/node_chapters.rs,
+# tests/node_teardown.rs, tests/node_paths.rs; all named node_*): builds the
+# image from the unchanged Dockerfile, starts a real node (cluster/node/up.sh),
+# builds and loads the chapters' image (cluster/node/chapter-image.sh), runs
+# tests/node.rs and tests/node_chapters.rs against it, stops it, and then runs the teardown tests, which start and
 # kill nodes of their own and check that cluster/node/down.sh left the host
 # exactly as it was, and the tests in which another local user tries to steer
 # the root-run scripts (tests/node_paths.rs). Root only. Prints the
@@ -46,8 +47,12 @@ bash cluster/node/hoststate.sh >"$dir.host-before"
 t=$SECONDS
 bash cluster/node/up.sh --dir "$dir" >/dev/null
 say "node up in $((SECONDS - t)) s (binaries included)"
+t=$SECONDS
+step "the chapters' image (cluster/node/chapter-image.sh)" chapter-image bash cluster/node/chapter-image.sh
+say "chapters' image built and loaded in $((SECONDS - t)) s"
 export DEMO_CONTROLLER_TEST_NODE=$dir
 cargo test --locked --test node -- --include-ignored "$@"
+cargo test --locked --test node_chapters -- --include-ignored "$@"
 bash cluster/node/memory.sh "$dir" >&2 || true
 t=$SECONDS
 bash cluster/node/down.sh --dir "$dir"
