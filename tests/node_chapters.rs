@@ -1,7 +1,7 @@
 //! Chapters 8 and 9 in a cluster, on the real local node: each chapter's
 //! manifest (examples/ch8-secret-copier.yaml, examples/ch9_reboot.yaml)
 //! applied as it is, with the image cluster/node/chapter-image.sh built and
-//! loaded (the release builds of the chapters' examples and a shell). The
+//! loaded (the chapters' examples as `make test` builds them, and a shell). The
 //! pods run with the manifests' ServiceAccounts and RBAC, and nothing more:
 //! what they do here, that RBAC allows. Their logs are read through the
 //! API's pods/log endpoint, as `kubectl logs` reads them.

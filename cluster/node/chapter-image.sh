@@ -2,7 +2,8 @@
 # Builds the image the chapters' manifests run on the local node, and loads
 # it into the node's containerd when one runs:
 #   /usr/local/bin/ch8_secret_copier, ch9_reboot_agent, ch9_reboot_controller
-#       the release builds of the chapters' examples, built here by cargo
+#       the chapters' examples as `make test` builds them (the dev profile:
+#       no second, release build), their debug info stripped
 #   /usr/local/bin/sh (and sleep)
 #       Debian's busybox-static: chapter 9's agent runs its reboot command
 #       with `sh -c`, and the default command sleeps
@@ -34,18 +35,19 @@ base=gcr.io/distroless/cc-debian12:nonroot
 names=(demo-controller-chapters:dev ch9-reboot:dev)
 examples=(ch8_secret_copier ch9_reboot_agent ch9_reboot_controller)
 
-# The release builds, where cargo builds them (checked before cargo runs,
-# and each binary once built: root copies them into the image).
+# The dev builds, where cargo builds them (checked before cargo runs, and
+# each binary once built: root copies them into the image). `make test` has
+# built them already; debug info is most of their size, and is left out.
 target=$(cargo_target) || exit 1
 args=()
 for e in "${examples[@]}"; do args+=(--example "$e"); done
-cargo build --release --locked "${args[@]}" >&2
+cargo build --locked "${args[@]}" >&2
 work=$(mktemp -d /var/tmp/demo-controller-chapter-image.XXXXXX)
 trap 'rm -rf --one-file-system "$work"' EXIT
 mkdir "$work/bin"
 for e in "${examples[@]}"; do
-	bin=$(built "$target" "release/examples/$e") || exit 1
-	cp -- "$bin" "$work/bin/$e"
+	bin=$(built "$target" "debug/examples/$e") || exit 1
+	objcopy --strip-debug -- "$bin" "$work/bin/$e"
 done
 busybox=$(checked /bin/busybox) || {
 	log "error: no usable /bin/busybox: install busybox-static (cluster/node/deps.sh)"
