@@ -111,16 +111,34 @@ async fn delete(client: &Client, objects: &[Value], namespaces: &[&str]) {
     .await;
 }
 
-/// The one pod labelled `selector` in `ns`, once Ready.
+/// The one pod labelled `selector` in `ns`, once Ready. If none is, the
+/// panic says what the namespace holds instead: its pods' states and
+/// logs, and its Events (a refused pod shows only there).
 async fn ready_pod(client: &Client, ns: &str, selector: &str) -> String {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    until(&format!("a Ready pod {selector} in {ns}"), LIMIT, || async {
-        let list = pods.list(&ListParams::default().labels(selector)).await.ok()?;
-        let [pod] = list.items.as_slice() else { return None };
-        let conditions = pod.status.as_ref()?.conditions.as_ref()?;
-        conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True").then(|| pod.metadata.name.clone())?
-    })
-    .await
+    let start = Instant::now();
+    loop {
+        let list = pods.list(&ListParams::default().labels(selector)).await.map(|l| l.items).unwrap_or_default();
+        if let [pod] = list.as_slice() {
+            let conditions = pod.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+            if conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True") {
+                return pod.metadata.name.clone().expect("a pod's name");
+            }
+        }
+        if start.elapsed() > LIMIT {
+            let mut said = Vec::new();
+            for pod in &list {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                said.push(format!("pod {name}: {:?}", pod.status.as_ref().map(|s| &s.container_statuses)));
+                said.push(format!("its log: {:?}", log_of(client, ns, &name).await));
+            }
+            let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), ns);
+            let events = events.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+            said.extend(events.into_iter().map(|e| format!("event: {:?} {:?}", e.reason, e.message)));
+            panic!("timed out after {LIMIT:?} waiting for a Ready pod {selector} in {ns}:\n{}", said.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// The pod's log, line by line, through the API; empty while it cannot be
