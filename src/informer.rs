@@ -212,9 +212,7 @@ impl Cache {
             // client-go's OnAdd *and* OnUpdate: the worker tells them apart.
             Event::Apply(pod) => {
                 let (key, pod) = self.keyed(pod);
-                if let Some(v) = version(&pod) {
-                    inner.first.entry(key.clone()).or_insert(v);
-                }
+                note_oldest_event(&mut inner, &key, &pod);
                 self.pods_mut().insert(key.clone(), Arc::new(pod));
                 vec![key]
             }
@@ -226,9 +224,7 @@ impl Cache {
             Event::Delete(pod) => {
                 let (key, pod) = self.keyed(pod);
                 inner.unreadable.remove(&key);
-                if let Some(v) = version(&pod) {
-                    inner.first.entry(key.clone()).or_insert(v);
-                }
+                note_oldest_event(&mut inner, &key, &pod);
                 self.pods_mut().remove(&key);
                 let tombstone = Tombstone { pod: Arc::new(pod), from_event: true, relist: Relist::default() };
                 inner.tombstones.entry(key.clone()).or_default().push(tombstone);
@@ -397,6 +393,14 @@ impl Cache {
 }
 
 /// A pod's resourceVersion, if it is a number.
+/// An event of `key`: the oldest since a sync last took the key is where
+/// the changes its next sync merges into one line begin ([`Snapshot::first`]).
+fn note_oldest_event(inner: &mut Inner, key: &Key, pod: &Pod) {
+    if let Some(v) = version(pod) {
+        inner.first.entry(key.clone()).or_insert(v);
+    }
+}
+
 fn version(pod: &Pod) -> Option<u64> {
     pod.metadata.resource_version.as_deref()?.parse().ok()
 }
