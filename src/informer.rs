@@ -81,6 +81,10 @@ struct Inner {
     unreadable: HashSet<Key>,
     /// The last list taken in, and what it bounds (see [`Listed`]).
     last_list: Option<Listed>,
+    /// Per key, the resourceVersion of the oldest event applied since a
+    /// sync last took the key: where the changes its next sync merges into
+    /// one line begin (see [`Snapshot::first`]).
+    first: HashMap<Key, u64>,
 }
 
 /// The last list a cache took in: the range it knows only as a list, not
@@ -137,6 +141,10 @@ pub struct Snapshot {
     pub tombstones: Vec<Tombstone>,
     /// Which of the pods above (current or tombstones) came in the first list.
     pub initial: HashSet<String>,
+    /// The resourceVersion of the oldest event among those taken (None: a
+    /// list brought them). The sync merges them: an add of a pod that
+    /// changed, or died, before the sync spans its changes from here on.
+    pub first: Option<u64>,
 }
 
 impl Cache {
@@ -148,6 +156,7 @@ impl Cache {
             first_list: None,
             unreadable: HashSet::new(),
             last_list: None,
+            first: HashMap::new(),
         };
         Arc::new(Cache {
             pods: RwLock::default(),
@@ -203,6 +212,7 @@ impl Cache {
             // client-go's OnAdd *and* OnUpdate: the worker tells them apart.
             Event::Apply(pod) => {
                 let (key, pod) = self.keyed(pod);
+                note_oldest_event(&mut inner, &key, &pod);
                 self.pods_mut().insert(key.clone(), Arc::new(pod));
                 vec![key]
             }
@@ -214,6 +224,7 @@ impl Cache {
             Event::Delete(pod) => {
                 let (key, pod) = self.keyed(pod);
                 inner.unreadable.remove(&key);
+                note_oldest_event(&mut inner, &key, &pod);
                 self.pods_mut().remove(&key);
                 let tombstone = Tombstone { pod: Arc::new(pod), from_event: true, relist: Relist::default() };
                 inner.tombstones.entry(key.clone()).or_default().push(tombstone);
@@ -311,7 +322,8 @@ impl Cache {
         // whether it is still here or already a tombstone.
         let uids = current.iter().chain(tombstones.iter().map(|t| &t.pod)).filter_map(|p| p.uid());
         let initial = uids.filter(|uid| inner.initial.remove(*uid)).map(str::to_string).collect();
-        Snapshot { current, tombstones, initial }
+        let first = inner.first.remove(key);
+        Snapshot { current, tombstones, initial, first }
     }
 
     /// A key given up on (its sync failed too often): forget what was held
@@ -321,6 +333,7 @@ impl Cache {
         let current = self.get(key);
         let mut inner = self.lock();
         let stones = inner.tombstones.remove(key).unwrap_or_default();
+        inner.first.remove(key);
         let uids = current.iter().chain(stones.iter().map(|t| &t.pod)).filter_map(|p| p.uid());
         for uid in uids {
             inner.initial.remove(uid);
@@ -380,6 +393,14 @@ impl Cache {
 }
 
 /// A pod's resourceVersion, if it is a number.
+/// An event of `key`: the oldest since a sync last took the key is where
+/// the changes its next sync merges into one line begin ([`Snapshot::first`]).
+fn note_oldest_event(inner: &mut Inner, key: &Key, pod: &Pod) {
+    if let Some(v) = version(pod) {
+        inner.first.entry(key.clone()).or_insert(v);
+    }
+}
+
 fn version(pod: &Pod) -> Option<u64> {
     pod.metadata.resource_version.as_deref()?.parse().ok()
 }

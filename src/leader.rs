@@ -22,8 +22,9 @@
 //! leader's does, and hands its line to the [`Gate`], which keeps it until
 //! the mark covers it. Once the standby leads, it logs the lines it kept
 //! past the mark. After a graceful handoff the mark is exact: nothing
-//! lost, and nothing twice but for the one kind of line below, which says
-//! so. After a crash the mark is up to one retry period
+//! lost, and nothing twice but for two kinds of line, which say so: one a
+//! lagging worker merged from changes on both sides of the mark (it repeats
+//! the older part: [`placed`]), and the one below. After a crash the mark is up to one retry period
 //! old, so the kept lines may have been logged already: they say
 //! `replayed=true`. A replica takes the lease only while its watch
 //! delivers, and a new leader that knows part of what came after the mark
@@ -348,6 +349,11 @@ enum Role {
 pub enum Seen {
     /// By an event or in a list: the change is at the pod's resourceVersion.
     AsItHappened,
+    /// An add or an update that merged the pod's events from this
+    /// resourceVersion on, up to its own: a worker that lags takes several
+    /// at once (a pod that lived and died before its sync is added at its
+    /// delete's resourceVersion, though it was created at `first`).
+    Merged { first: u64 },
     /// A delete a relist inferred (the new list lacks the pod). Its own
     /// resourceVersion is unknown (the DELETED event was missed): it is past
     /// the pod's last known one and the stream's position when the relist
@@ -362,6 +368,9 @@ pub enum Seen {
 enum Version {
     /// At this resourceVersion (None: not a number).
     At(Option<u64>),
+    /// Changes from `first` to `last`, both included (`first < last`): a
+    /// line that merged several.
+    Spans { first: u64, last: u64 },
     /// Somewhere after `after`, no later than `by` (None: unknown).
     Between { after: Option<u64>, by: Option<u64> },
 }
@@ -371,6 +380,10 @@ impl Version {
         let own = resource_version(change);
         match seen {
             Seen::AsItHappened => Version::At(own),
+            Seen::Merged { first } => match own {
+                Some(last) if first < last => Version::Spans { first, last },
+                _ => Version::At(own),
+            },
             Seen::Inferred(Relist { after, by }) => {
                 // After both the pod's last change and where our own stream
                 // was when the relist started: a delete at or below that
@@ -390,6 +403,7 @@ impl Version {
     fn own(self) -> Option<u64> {
         match self {
             Version::At(v) | Version::Between { after: v, .. } => v,
+            Version::Spans { first, .. } => Some(first),
         }
     }
 
@@ -399,6 +413,7 @@ impl Version {
     fn covered_by(self, mark: Option<u64>) -> bool {
         match self {
             Version::At(v) => covers(mark, v),
+            Version::Spans { first, last } => placed(first, last, mark) == Placed::Below,
             Version::Between { by, .. } => covers(mark, by),
         }
     }
@@ -410,6 +425,7 @@ impl Version {
         let Some(doubt) = doubt else { return false };
         match self {
             Version::At(v) => v.is_some_and(|v| v < doubt),
+            Version::Spans { first, .. } => first < doubt,
             Version::Between { after, .. } => after.is_none_or(|after| after < doubt),
         }
     }
@@ -417,7 +433,7 @@ impl Version {
     /// Whether some mark can cover it: a version that is a number, or a
     /// delete with an upper bound.
     fn coverable(self) -> bool {
-        matches!(self, Version::At(Some(_)) | Version::Between { by: Some(_), .. })
+        matches!(self, Version::At(Some(_)) | Version::Spans { .. } | Version::Between { by: Some(_), .. })
     }
 
     /// Whether `change` is a delete that may lie in the range a leader saw
@@ -425,6 +441,8 @@ impl Version {
     fn unlogged_delete(self, change: &Change, listed: ListedOnly) -> bool {
         let within = match self {
             Version::At(v) => v.is_some_and(|v| listed.holds(v)),
+            // An add or an update: not a delete.
+            Version::Spans { .. } => false,
             Version::Between { after, by } => listed.meets(after, by),
         };
         within && matches!(change, Change::Delete(_))
@@ -433,9 +451,39 @@ impl Version {
     /// The mark does not say it was logged, nor that it was not: a delete
     /// somewhere between its lower end (the pod's last change, or our
     /// stream's position when the relist started: the mark passed both) and
-    /// the list. Such a line is logged with `replayed=true`.
+    /// the list; or a merged line that the mark cuts in two. Such a line is
+    /// logged with `replayed=true`.
     fn straddled_by(self, mark: Option<u64>) -> bool {
-        matches!(self, Version::Between { after, .. } if covers(mark, after)) && !self.covered_by(mark)
+        match self {
+            Version::At(_) => false,
+            Version::Spans { first, last } => placed(first, last, mark) == Placed::Across,
+            Version::Between { after, .. } => covers(mark, after) && !self.covered_by(mark),
+        }
+    }
+}
+
+/// Where a mark falls on a line that spans changes `first..=last`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placed {
+    /// The mark is at or past `last`: the leader logged all of it.
+    Below,
+    /// The mark is short of `first`: the leader logged none of it.
+    Past,
+    /// Between: the leader logged a part (an add, or an update up to a
+    /// state in between), which the line repeats.
+    Across,
+}
+
+/// Placed by the whole range, not by its newest change alone: a worker that
+/// lags merges a key's changes into one line, and a mark that falls inside
+/// them means the leader already logged the older part. Dropping the line
+/// would lose the newer part; logging it plain would repeat the older one
+/// unmarked. Only a line the mark really cuts says `replayed=true`.
+fn placed(first: u64, last: u64, mark: Option<u64>) -> Placed {
+    match mark {
+        Some(mark) if last <= mark => Placed::Below,
+        Some(mark) if first <= mark => Placed::Across,
+        _ => Placed::Past,
     }
 }
 // ANCHOR_END: version
@@ -1976,6 +2024,67 @@ mod tests {
         gate.follow(Some(5), None);
         gate.admit(&key("gone"), &delete("10"), inferred(Some(50)), false, None);
         assert_eq!(takeover(&gate, Some(5)), vec![(Some(10), false)]);
+    }
+
+    /// A worker that lags merges a pod's changes into one line: the gate
+    /// places it by the range it spans, not by its newest change alone.
+    #[test]
+    fn a_merged_line_the_mark_cuts_says_replayed_and_one_past_it_does_not() {
+        // The rule, for a line of the changes at 11 to 20.
+        assert_eq!(placed(11, 20, Some(20)), Placed::Below, "the leader logged all of it");
+        assert_eq!(placed(11, 20, Some(10)), Placed::Past, "the leader logged none of it");
+        assert_eq!(placed(11, 20, None), Placed::Past, "no mark: nothing logged");
+        assert_eq!(placed(11, 20, Some(11)), Placed::Across, "the leader logged its first change");
+        assert_eq!(placed(11, 20, Some(19)), Placed::Across);
+
+        let state = |rv: &str| PodState { uid: "u".into(), resource_version: rv.into(), ..Default::default() };
+        let update = |old: &str, new: &str| Change::Update { old: state(old), new: state(new) };
+        // The leader logged up to 15 and released the lease. Our worker
+        // lagged: p was created at 12 (the leader logged its onAdd) and
+        // deleted at 20; we add it at the delete's version. q was at 10
+        // and changed at 13 (logged) and 20. r was created at 16; s was at
+        // 5 and changed at 19 only; t changed at 17 and 19: nothing of
+        // theirs was logged.
+        let gate = Gate::standby();
+        gate.follow(Some(15), None);
+        for (name, change, seen) in [
+            ("p", add("20"), Seen::Merged { first: 12 }),
+            ("p", delete("20"), Seen::AsItHappened),
+            ("q", update("10", "20"), Seen::Merged { first: 13 }),
+            ("r", add("18"), Seen::Merged { first: 16 }),
+            ("s", update("5", "19"), Seen::Merged { first: 19 }),
+            ("t", update("5", "19"), Seen::Merged { first: 17 }),
+        ] {
+            assert_eq!(gate.admit(&key(name), &change, seen, false, None), Verdict::Silent);
+        }
+        let lines = vec![
+            (Some(12), true),
+            (Some(20), false),
+            (Some(13), true),
+            (Some(16), false),
+            (Some(19), false),
+            (Some(17), false),
+        ];
+        assert_eq!(takeover(&gate, Some(15)), lines, "a graceful handoff: replayed only where the mark cuts");
+        // A leader places what its workers bring after the take alike.
+        assert_eq!(gate.admit(&key("p"), &add("20"), Seen::Merged { first: 12 }, false, None), Verdict::Replayed);
+        assert_eq!(
+            gate.admit(&key("q"), &update("10", "20"), Seen::Merged { first: 13 }, false, None),
+            Verdict::Replayed
+        );
+        assert_eq!(
+            gate.admit(&key("q"), &update("10", "14"), Seen::Merged { first: 13 }, false, None),
+            Verdict::Silent
+        );
+        assert_eq!(gate.admit(&key("s"), &update("5", "19"), Seen::Merged { first: 19 }, false, None), Verdict::Log);
+        assert_eq!(gate.admit(&key("r"), &add("18"), Seen::Merged { first: 16 }, false, None), Verdict::Log);
+        assert_eq!(gate.admit(&key("r"), &add("18"), Seen::AsItHappened, false, None), Verdict::Log);
+        // A standby drops such a line once the mark passes its last change.
+        let gate = Gate::standby();
+        gate.admit(&key("q"), &update("10", "20"), Seen::Merged { first: 13 }, false, None);
+        gate.follow(Some(19), None);
+        gate.follow(Some(20), None);
+        assert_eq!(takeover(&gate, Some(20)), vec![]);
     }
 
     #[test]

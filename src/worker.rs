@@ -67,9 +67,14 @@ pub fn decide(last: Option<&PodState>, tombstones: &[PodState], current: Option<
 /// found lies within that relist's bounds; one with no tombstone at all
 /// (`decide` deletes a pod it remembers when the cache no longer has it,
 /// after a key was given up on) is known only to come after the pod's last
-/// change. (Here, not on the cache: it is the sync's question, asked of what
-/// it took.)
+/// change. An add or an update spans the events the sync took, from the
+/// oldest (when the worker lags: a pod's creation, and its changes since).
+/// (Here, not on the cache: it is the sync's question, asked of what it
+/// took.)
 fn seen(snapshot: &Snapshot, change: &Change) -> Seen {
+    if let (Change::Add(_) | Change::Update { .. }, Some(first)) = (change, snapshot.first) {
+        return Seen::Merged { first };
+    }
     let Change::Delete(p) = change else { return Seen::AsItHappened };
     let of_it = |t: &&Tombstone| {
         t.pod.metadata.uid.as_deref() == Some(p.uid.as_str())
@@ -341,6 +346,34 @@ mod tests {
             seen(&snapshot, &Change::Add(PodState::of(&Arc::new(pod("a", "new", "u3", "8"))))),
             Seen::AsItHappened
         );
+    }
+
+    /// A worker that lags adds a pod at the version its sync finds: the add
+    /// spans the pod's events from the oldest the sync took (its creation).
+    #[test]
+    fn a_lagging_add_spans_the_events_from_the_pods_creation() {
+        use crate::pod::PodState;
+        let cache = Cache::new();
+        let key = Key { namespace: "a".into(), name: "p".into() };
+        cache.apply(Event::Init, Relist::default());
+        cache.apply(Event::InitDone, Relist::default());
+        cache.apply(Event::Apply(pod("a", "p", "u1", "4")), Relist::default());
+        cache.apply(Event::Apply(pod("a", "p", "u1", "6")), Relist::default());
+        cache.apply(Event::Delete(pod("a", "p", "u1", "9")), Relist::default());
+        let snapshot = cache.take(&key);
+        let gone = PodState::of(&Arc::new(pod("a", "p", "u1", "9")));
+        assert_eq!(seen(&snapshot, &Change::Add(gone.clone())), Seen::Merged { first: 4 });
+        assert_eq!(seen(&snapshot, &Change::Delete(gone)), Seen::AsItHappened, "a delete is at its event");
+        // The next sync's events begin after what this one took: an update
+        // spans them only.
+        cache.apply(Event::Apply(pod("a", "p", "u2", "12")), Relist::default());
+        cache.take(&key);
+        cache.apply(Event::Apply(pod("a", "p", "u2", "14")), Relist::default());
+        let snapshot = cache.take(&key);
+        let (old, new) =
+            (PodState::of(&Arc::new(pod("a", "p", "u2", "12"))), PodState::of(&Arc::new(pod("a", "p", "u2", "14"))));
+        assert_eq!(seen(&snapshot, &Change::Update { old, new }), Seen::Merged { first: 14 });
+        assert_eq!(cache.take(&key).first, None, "taken once");
     }
 
     #[test]

@@ -1145,6 +1145,42 @@ async fn a_lagging_standby_marks_what_it_logs_after_a_crash_that_the_dead_leader
     assert_eq!(unmarked, Vec::<Value>::new(), "repeated without replayed=true");
 }
 
+#[ignore = "needs the local control plane: run `make test`"]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lagging_standby_marks_a_merged_line_that_repeats_part_of_what_the_released_leader_logged() {
+    // The standby's first sync of p hangs (a worker that lags). Meanwhile
+    // the leader logs p's onAdd and releases the lease, and p is deleted.
+    // The standby, leading now, merges p's life into one sync: an onAdd at
+    // the delete's resourceVersion, past the mark, and the onDelete. The
+    // onAdd repeats the leader's: it says replayed=true. The onDelete,
+    // which nobody logged, is plain.
+    let c = cluster().await;
+    let ns = namespace(&c.client, "merged").await;
+    let mut a = candidate(&c.kubeconfig, &ns);
+    let a_id = leads(&a).await;
+    a.wait_message("workers started", T).await;
+    let stall = format!("stall={ns}/p@15s");
+    let b = candidate_env(&c.kubeconfig, &ns, TIMINGS, &[], &[("DEMO_CONTROLLER_FAULTS", &stall)]);
+    b.wait_message(&format!("standing by: {a_id} leads"), T).await;
+    b.wait_message("workers started", T).await;
+    create(&c.client, &ns, "p", &[]).await;
+    assert_eq!(a.wait_count(&ns, 1).await, vec![format!("onAdd: {ns}/p")]);
+    a.signal("TERM");
+    assert_eq!(a.wait_exit(T).await.code(), Some(0), "{}", a.dump());
+    a.wait_message("released the lease", T).await;
+    delete(&c.client, &ns, "p").await;
+    let took_over = b.wait_message("became leader", T).await;
+    assert_eq!(took_over["released"], true, "{took_over}");
+    b.wait_events(&ns, 2).await;
+    let lines: Vec<(String, bool)> = b
+        .event_lines(&ns)
+        .iter()
+        .map(|v| (v["message"].as_str().unwrap_or_default().to_string(), v["replayed"] == true))
+        .collect();
+    let expected = vec![(format!("onAdd: {ns}/p"), true), (format!("onDelete: {ns}/p"), false)];
+    assert_eq!(lines, expected, "{}", b.dump());
+}
+
 /// The message of a WARN line that names a range that may be missing
 /// deletes (book/src/appendix/standby.md quotes it), from its fields.
 fn missing_deletes(line: &Value) -> String {
