@@ -392,7 +392,6 @@ impl Cache {
     }
 }
 
-/// A pod's resourceVersion, if it is a number.
 /// An event of `key`: the oldest since a sync last took the key is where
 /// the changes its next sync merges into one line begin ([`Snapshot::first`]).
 fn note_oldest_event(inner: &mut Inner, key: &Key, pod: &Pod) {
@@ -401,6 +400,7 @@ fn note_oldest_event(inner: &mut Inner, key: &Key, pod: &Pod) {
     }
 }
 
+/// A pod's resourceVersion, if it is a number.
 fn version(pod: &Pod) -> Option<u64> {
     pod.metadata.resource_version.as_deref()?.parse().ok()
 }
