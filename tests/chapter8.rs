@@ -140,6 +140,24 @@ impl World {
         Some((data, label))
     }
 
+    /// Takes the copy label off the source: it no longer asks for copies.
+    async fn unlabel(&self) {
+        let patch = json!({"metadata": {"labels": {"demo.example.com/copy": null}}});
+        self.secrets(&self.src)
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("unlabel");
+    }
+
+    /// Waits until the source has no finalizer left.
+    async fn until_no_finalizer(&self) {
+        let start = Instant::now();
+        while !self.finalizers().await.is_empty() {
+            assert!(start.elapsed() < T, "the finalizer stayed: {:?}", self.finalizers().await);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     async fn finalizers(&self) -> Vec<String> {
         let source = self.secrets(&self.src).get(&self.name).await.expect("get source");
         source.metadata.finalizers.unwrap_or_default()
@@ -270,14 +288,9 @@ async fn chapter8_an_edited_copy_is_put_right_a_changed_key_and_an_added_one() {
 #[tokio::test(flavor = "multi_thread")]
 async fn chapter8_a_source_unlabelled_loses_its_copies_and_its_finalizer() {
     let (w, _, ch) = copied().await;
-    let patch = json!({"metadata": {"labels": {"demo.example.com/copy": null}}});
-    w.secrets(&w.src).patch(&w.name, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("unlabel");
+    w.unlabel().await;
     w.wait_line(&ch, "deleted B/db (its source no longer asks for copies)", 1).await;
-    let start = Instant::now();
-    while !w.finalizers().await.is_empty() {
-        assert!(start.elapsed() < T, "the finalizer stayed: {:?}", w.finalizers().await);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    w.until_no_finalizer().await;
     let out = w.stop(ch).await;
     assert_eq!(
         out,
@@ -577,14 +590,9 @@ async fn chapter8_runs_with_the_rbac_of_its_manifest() {
     w.wait_line(&ch, "created A/db (copy of SRC/db)", 1).await;
     w.set_data(&w.src, json!({"password": b64("new")})).await;
     w.wait_line(&ch, "put right A/db (copy of SRC/db)", 1).await;
-    let unlabel = json!({"metadata": {"labels": {"demo.example.com/copy": null}}});
-    w.secrets(&w.src).patch(&w.name, &PatchParams::default(), &Patch::Merge(&unlabel)).await.expect("unlabel");
+    w.unlabel().await;
     w.wait_line(&ch, "deleted A/db (its source no longer asks for copies)", 1).await;
-    let start = Instant::now();
-    while !w.finalizers().await.is_empty() {
-        assert!(start.elapsed() < T, "the finalizer stayed: {:?}", w.finalizers().await);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    w.until_no_finalizer().await;
     let mut out = w.stop(ch).await;
     let left = "left alone: B/db is a Secret this program did not make";
     assert_eq!(out.iter().filter(|l| *l == left).count(), 1, "{out:#?}");

@@ -10,6 +10,8 @@
 
 mod common;
 
+use common::until;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -39,22 +41,6 @@ async fn admin() -> Client {
 
 /// The tests share the one Deployment: one at a time.
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Polls `f` until it returns Some, up to `limit`; panics naming `what`.
-async fn until<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
 
 /// Applies demo-controller.yaml as it is (every object, unchanged).
 async fn apply_manifest(client: &Client) {

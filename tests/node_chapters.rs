@@ -13,6 +13,8 @@
 
 mod common;
 
+use common::until;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -47,22 +49,6 @@ fn node_env(key: &str) -> String {
         .find_map(|l| l.strip_prefix(&format!("{key}=")))
         .unwrap_or_else(|| panic!("no {key} in the node's env file"))
         .to_string()
-}
-
-/// Polls `f` until it returns Some, up to `limit`; panics naming `what`.
-async fn until<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 /// The objects of a manifest in examples/, with `image: IMAGE` replaced.

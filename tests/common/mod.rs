@@ -607,6 +607,22 @@ pub fn manifest() -> Vec<Value> {
     serde_saphyr::from_multiple(&text).expect("demo-controller.yaml parses")
 }
 
+/// Polls `f` until it returns Some, up to `limit`; panics naming `what`.
+pub async fn until<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// A free port on loopback (bound and released: good enough for tests).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
