@@ -574,9 +574,7 @@ async fn chapter8_a_namespace_deleted_outright_costs_one_line_and_no_error() {
 #[tokio::test(flavor = "multi_thread")]
 async fn chapter8_runs_with_the_rbac_of_its_manifest() {
     let w = World::new().await;
-    let text = std::fs::read_to_string(repo().join("examples/ch8-secret-copier.yaml")).expect("the manifest");
-    let objects: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).expect("the manifest parses");
-    for object in objects.iter().filter(|o| o["kind"] != "Deployment") {
+    for object in example_manifest("ch8-secret-copier.yaml").iter().filter(|o| o["kind"] != "Deployment") {
         apply(&w.c.client, object, false).await.unwrap_or_else(|e| panic!("apply {}: {e}", object["kind"]));
     }
     let token = token(&w.c.client, "secret-copier", "secret-copier").await;

@@ -611,8 +611,7 @@ async fn two_controllers_without_election_tell_more_nodes_to_reboot_than_allowed
 
 /// The objects of examples/ch9_reboot.yaml.
 fn ch9_manifest() -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(repo().join("examples/ch9_reboot.yaml")).unwrap();
-    serde_saphyr::from_multiple(&text).expect("examples/ch9_reboot.yaml parses")
+    example_manifest("ch9_reboot.yaml")
 }
 
 fn object<'a>(objects: &'a [serde_json::Value], kind: &str, name: &str) -> &'a serde_json::Value {

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::until;
+use common::{node_admin as admin, node_dir, until};
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -26,18 +26,6 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 const NS: &str = "demo-controller";
-const IGNORE: &str = "needs root and the local node: run `make test` as root";
-
-/// The node `make test` started.
-fn node_dir() -> PathBuf {
-    std::env::var_os("DEMO_CONTROLLER_TEST_NODE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| panic!("DEMO_CONTROLLER_TEST_NODE is not set: these tests need the local node; {IGNORE}"))
-}
-
-async fn admin() -> Client {
-    common::client_for(&node_dir().join("plane/kubeconfig")).await
-}
 
 /// The tests share the one Deployment: one at a time.
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -13,9 +13,8 @@
 
 mod common;
 
-use common::until;
+use common::{node_admin as admin, node_dir, until};
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
@@ -25,22 +24,10 @@ use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostPar
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-const IGNORE: &str = "needs root and the local node: run `make test` as root";
 /// The image cluster/node/chapter-image.sh builds and loads, for the ch8
 /// manifest's IMAGE (the ch9 manifest names it ch9-reboot:dev itself).
 const IMAGE: &str = "demo-controller-chapters:dev";
 const LIMIT: Duration = Duration::from_secs(120);
-
-/// The node `make test` started.
-fn node_dir() -> PathBuf {
-    std::env::var_os("DEMO_CONTROLLER_TEST_NODE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| panic!("DEMO_CONTROLLER_TEST_NODE is not set: these tests need the local node; {IGNORE}"))
-}
-
-async fn admin() -> Client {
-    common::client_for(&node_dir().join("plane/kubeconfig")).await
-}
 
 /// A value from the node's env file (cluster/node/up.sh writes it).
 fn node_env(key: &str) -> String {

@@ -607,6 +607,27 @@ pub fn manifest() -> Vec<Value> {
     serde_saphyr::from_multiple(&text).expect("demo-controller.yaml parses")
 }
 
+/// The local node `make test` started (as root), for the node tests.
+pub fn node_dir() -> PathBuf {
+    std::env::var_os("DEMO_CONTROLLER_TEST_NODE").map(PathBuf::from).unwrap_or_else(|| {
+        panic!(
+            "DEMO_CONTROLLER_TEST_NODE is not set: these tests need the local node; needs root and the local node: \
+             run `make test` as root"
+        )
+    })
+}
+
+/// A client of the node's control plane, as its admin.
+pub async fn node_admin() -> Client {
+    client_for(&node_dir().join("plane/kubeconfig")).await
+}
+
+/// The objects of a manifest in examples/, as written.
+pub fn example_manifest(file: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(repo().join("examples").join(file)).expect("the chapter's manifest");
+    serde_saphyr::from_multiple(&text).expect("the chapter's manifest parses")
+}
+
 /// Polls `f` until it returns Some, up to `limit`; panics naming `what`.
 pub async fn until<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
 where
